@@ -1,0 +1,63 @@
+#include "registry.h"
+
+#include <stdexcept>
+
+namespace xlakern {
+
+Registry& Registry::instance() {
+  // Never destroyed: XLA may call handlers of registered modules until exit.
+  static Registry* registry = new Registry();
+  return *registry;
+}
+
+bool Registry::open_module(const std::string& name, const std::string& key,
+                           const std::string& path, const std::string& platform) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = modules_.find(name);
+  if (it != modules_.end()) {
+    if (it->second.key == key && it->second.platform == platform) return false;
+    throw ModuleConflict("module '" + name + "' is already registered from other content (key " +
+                         it->second.key.substr(0, 12) + ", new key " + key.substr(0, 12) + ")");
+  }
+  auto library = std::make_shared<SharedLibrary>(path);
+  using AbiFn = int (*)();
+  auto abi = reinterpret_cast<AbiFn>(library->find("xk_glue_abi_version"));
+  if (abi == nullptr) {
+    throw std::runtime_error(path + " is not an xlakern kernel library (no xk_glue_abi_version)");
+  }
+  modules_[name] = ModuleRecord{name, key, platform, std::move(library), {}};
+  return true;
+}
+
+void* Registry::symbol(const std::string& name, const std::string& symbol) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = modules_.find(name);
+  if (it == modules_.end()) throw std::runtime_error("module '" + name + "' is not loaded");
+  void* address = it->second.library->find(symbol);
+  if (address == nullptr) {
+    throw std::runtime_error("module '" + name + "' (" + it->second.library->path() +
+                             ") does not export " + symbol);
+  }
+  return address;
+}
+
+void Registry::add_targets(const std::string& name, const std::vector<std::string>& targets) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = modules_.find(name);
+  if (it == modules_.end()) throw std::runtime_error("module '" + name + "' is not loaded");
+  it->second.targets.insert(it->second.targets.end(), targets.begin(), targets.end());
+}
+
+void Registry::forget(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  modules_.erase(name);
+}
+
+std::vector<ModuleRecord> Registry::modules() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<ModuleRecord> out;
+  for (const auto& item : modules_) out.push_back(item.second);
+  return out;
+}
+
+}  // namespace xlakern

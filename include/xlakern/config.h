@@ -1,0 +1,19 @@
+// xlakern/config.h -- portability macros shared by every public header.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define XK_HOST_DEVICE __host__ __device__
+#define XK_INLINE __host__ __device__ __forceinline__
+#else
+#define XK_HOST_DEVICE
+#define XK_INLINE inline
+#endif
+
+// True while compiling device code (the device pass of nvcc).
+#if defined(__CUDA_ARCH__)
+#define XK_DEVICE_PASS 1
+#else
+#define XK_DEVICE_PASS 0
+#endif
+
+#define XK_MAX_DIMS 8

@@ -1,0 +1,142 @@
+// xlakern/parallel.h -- xk::parallel_for on XLA's intra-op thread pool.
+//
+//   xk::parallel_for(x.numel(), 4096, [&](int64_t begin, int64_t end) {
+//     for (int64_t i = begin; i < end; ++i) out[i] = in[i] + 1;
+//   });
+//
+// `fn(begin, end)` is called on disjoint ranges covering [0, n), each at least
+// `grain` long (except the last). Inside a CPU kernel called by XLA, the ranges
+// run on XLA's intra-op thread pool; elsewhere (no pool, one thread, or n <=
+// grain) the loop runs serially on the calling thread. An exception thrown by
+// `fn` is rethrown on the calling thread after every started range finished.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+
+namespace xk {
+namespace detail {
+
+// A type-erased handle on the thread pool of the current FFI call. The
+// generated handler installs one (ThreadPoolScope) around the user function.
+struct ThreadPoolRef {
+  void* pool = nullptr;
+  int64_t num_threads = 0;
+  // Runs task(arg) on some pool thread, eventually.
+  void (*schedule)(void* pool, void (*task)(void*), void* arg) = nullptr;
+};
+
+inline const ThreadPoolRef*& current_thread_pool() {
+  static thread_local const ThreadPoolRef* current = nullptr;
+  return current;
+}
+
+class ThreadPoolScope {
+ public:
+  explicit ThreadPoolScope(const ThreadPoolRef* pool)
+      : saved_(current_thread_pool()) {
+    current_thread_pool() = pool;
+  }
+  ~ThreadPoolScope() { current_thread_pool() = saved_; }
+  ThreadPoolScope(const ThreadPoolScope&) = delete;
+  ThreadPoolScope& operator=(const ThreadPoolScope&) = delete;
+
+ private:
+  const ThreadPoolRef* saved_;
+};
+
+// Shared by the caller and the helper tasks. Every participant claims chunks
+// from `next` until none is left, so the caller never waits for a task that
+// has not started: it only waits for chunks already being run. Tasks that
+// start late find nothing to claim and only drop their reference, which is
+// why the state is reference counted rather than living on the caller's stack.
+struct ParallelForState {
+  int64_t n = 0;
+  int64_t chunk = 0;
+  int64_t num_chunks = 0;
+  void (*run_range)(void* fn, int64_t begin, int64_t end) = nullptr;
+  void* fn = nullptr;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::mutex mutex;
+  std::condition_variable all_done;
+  std::exception_ptr error;
+
+  void work() {
+    for (;;) {
+      int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= num_chunks) return;
+      int64_t begin = c * chunk;
+      int64_t end = std::min(n, begin + chunk);
+      try {
+        run_range(fn, begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!error) error = std::current_exception();
+      }
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == num_chunks) {
+        std::lock_guard<std::mutex> lock(mutex);
+        all_done.notify_all();
+      }
+    }
+  }
+};
+
+struct ParallelForTask {
+  std::shared_ptr<ParallelForState> state;
+  static void run(void* arg) {
+    std::unique_ptr<ParallelForTask> self(static_cast<ParallelForTask*>(arg));
+    self->state->work();
+  }
+};
+
+}  // namespace detail
+
+// Number of threads parallel_for may use in the current context (>= 1).
+inline int64_t num_threads() {
+  const detail::ThreadPoolRef* pool = detail::current_thread_pool();
+  return (pool && pool->schedule && pool->num_threads > 1) ? pool->num_threads : 1;
+}
+
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, F&& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t threads = num_threads();
+  if (threads <= 1 || n <= grain) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  // About four chunks per thread balances uneven work without tiny chunks.
+  int64_t chunk = std::max(grain, (n + threads * 4 - 1) / (threads * 4));
+  auto state = std::make_shared<detail::ParallelForState>();
+  state->n = n;
+  state->chunk = chunk;
+  state->num_chunks = (n + chunk - 1) / chunk;
+  using Fn = std::remove_reference_t<F>;
+  state->fn = const_cast<void*>(static_cast<const void*>(&fn));
+  state->run_range = [](void* f, int64_t begin, int64_t end) {
+    (*static_cast<Fn*>(f))(begin, end);
+  };
+  const detail::ThreadPoolRef* pool = detail::current_thread_pool();
+  int64_t helpers = std::min(threads, state->num_chunks) - 1;
+  for (int64_t i = 0; i < helpers; ++i) {
+    pool->schedule(pool->pool, &detail::ParallelForTask::run,
+                   new detail::ParallelForTask{state});
+  }
+  state->work();
+  {
+    std::unique_lock<std::mutex> lock(state->mutex);
+    state->all_done.wait(lock, [&] {
+      return state->done.load(std::memory_order_acquire) == state->num_chunks;
+    });
+  }
+  if (state->error) std::rethrow_exception(state->error);
+}
+
+}  // namespace xk

@@ -1,0 +1,419 @@
+"""Loading C++/CUDA sources as JAX FFI targets: ``load_cpp_inline`` and friends."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import _build, _cache, _codegen, _runtime, _toolchain
+from ._spec import ATTR_TYPES, EntryPoint, Source, resolve_entry_points
+from .errors import CallError, KernelError, RegistrationError, XlakernError
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MODULES: dict[str, "CompiledModule"] = {}
+_LOAD_LOCK = threading.RLock()
+
+# Element types an xk::Tensor can carry (the 15 JAX dtypes).
+SUPPORTED_DTYPES = frozenset(
+    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+     "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
+)
+_MAX_DIMS = 8
+
+
+def _coerce_attr(fn: str, name: str, attr_type: str, value: Any) -> Any:
+    """Turn a Python/NumPy scalar into exactly the NumPy type the handler decodes."""
+    import jax
+
+    if isinstance(value, jax.core.Tracer) or (hasattr(value, "shape") and getattr(value, "shape", ()) != ()):
+        raise CallError(
+            f"{fn}: attribute '{name}' must be a Python or NumPy scalar known at trace time "
+            f"(attributes are static); got {type(value).__name__}. Pass traced values as input arrays"
+        )
+    if hasattr(value, "item") and not isinstance(value, (np.generic,)):
+        value = value.item()
+    bad = CallError(f"{fn}: attribute '{name}' is declared {attr_type}; got {value!r} ({type(value).__name__})")
+    if attr_type == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise bad
+        return np.bool_(value)
+    if attr_type.startswith(("int", "uint")):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise bad
+        info = np.iinfo(attr_type)
+        if not info.min <= int(value) <= info.max:
+            raise CallError(f"{fn}: attribute '{name}' = {value} does not fit in {attr_type} "
+                            f"[{info.min}, {info.max}]")
+        return np.dtype(attr_type).type(int(value))
+    if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, (bool, np.bool_)):
+        raise bad
+    if attr_type in ("float16", "bfloat16"):
+        if attr_type == "bfloat16":
+            import ml_dtypes
+
+            dt = np.dtype(ml_dtypes.bfloat16)
+        else:
+            dt = np.dtype(np.float16)
+        return np.array(value, dtype=dt).view(np.uint16)[()]
+    return np.dtype(attr_type).type(value)
+
+
+def _check_array(fn: str, what: str, i: int, x: Any) -> None:
+    dtype = getattr(x, "dtype", None)
+    shape = getattr(x, "shape", None)
+    if dtype is None or shape is None:
+        raise CallError(f"{fn}: {what} {i} must be an array (or jax.ShapeDtypeStruct for outputs); got "
+                        f"{type(x).__name__}")
+    if np.dtype(dtype).name not in SUPPORTED_DTYPES:
+        raise CallError(f"{fn}: {what} {i} has dtype {np.dtype(dtype).name}, which xk::Tensor cannot carry; "
+                        f"supported: {', '.join(sorted(SUPPORTED_DTYPES))}")
+    if len(shape) > _MAX_DIMS:
+        raise CallError(f"{fn}: {what} {i} has {len(shape)} dimensions; kernels take at most {_MAX_DIMS}. "
+                        f"Reshape it first")
+
+
+class CompiledFunction:
+    """One entry point of a :class:`CompiledModule`, callable on JAX arrays.
+
+    Example::
+
+        y = mod.scale_by(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), scale_factor=3.0)
+    """
+
+    def __init__(self, module: "CompiledModule", entry: EntryPoint):
+        self.module = module
+        self.entry = entry
+        self.target = f"{module.name}.{entry.name}"
+        self.__name__ = entry.name
+        self.__doc__ = f"FFI target '{self.target}' with arg_spec '{entry.spec}' ({entry.source}, line {entry.line})."
+
+    def __repr__(self) -> str:
+        return f"<xlakern function {self.target}: {self.entry.spec}>"
+
+    def __call__(self, *arrays: Any, outs: Any, vmap_method: str | None = None,
+                 input_output_aliases: Mapping[int, int] | None = None, **attrs: Any) -> Any:
+        import jax
+
+        e = self.entry
+        if len(arrays) != len(e.args):
+            raise CallError(f"{self.target} takes {len(e.args)} input array(s) (spec '{e.spec}'); got {len(arrays)}")
+        for i, x in enumerate(arrays):
+            _check_array(self.target, "input", i, x)
+        flat_outs, treedef = jax.tree.flatten(outs)
+        if len(flat_outs) != len(e.rets):
+            raise CallError(f"{self.target} writes {len(e.rets)} output(s) (spec '{e.spec}'); outs= describes "
+                            f"{len(flat_outs)}. Pass one jax.ShapeDtypeStruct per 'ret'")
+        for i, o in enumerate(flat_outs):
+            _check_array(self.target, "output", i, o)
+        declared = {p.attr_name: p.attr_type for p in e.attrs}
+        missing = [n for n in declared if n not in attrs]
+        unknown = [n for n in attrs if n not in declared]
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append(f"missing attribute(s) {', '.join(missing)}")
+            if unknown:
+                parts.append(f"unknown keyword(s) {', '.join(unknown)}")
+            raise CallError(f"{self.target}: {'; '.join(parts)}. It takes: "
+                            f"{', '.join(f'{n}: {t}' for n, t in declared.items()) or 'no attributes'}")
+        values = {n: _coerce_attr(self.target, n, declared[n], v) for n, v in attrs.items()}
+        call = jax.ffi.ffi_call(
+            self.target,
+            [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
+            vmap_method=vmap_method,
+            input_output_aliases=dict(input_output_aliases) if input_output_aliases else None,
+        )
+        try:
+            results = call(*arrays, **values)
+        except jax.errors.JaxRuntimeError as err:
+            if "xlakern kernel" in str(err):
+                raise KernelError(str(err)) from err
+            raise
+        return jax.tree.unflatten(treedef, list(results))
+
+
+class CompiledModule:
+    """A loaded module: one callable per entry point, registered as ``"<name>.<fn>"`` FFI targets.
+
+    Attributes:
+        name: the module name (prefix of every target).
+        path: the shared library it was loaded from.
+        functions: entry point name -> canonical arg_spec.
+        targets: entry point name -> FFI target name.
+
+    Example::
+
+        mod = xlakern.load_cpp_inline("ops", SRC)
+        y = mod.add_one(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype))
+        y = jax.ffi.ffi_call(mod.targets["add_one"], jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    """
+
+    def __init__(self, name: str, path: Path, key: str, platform: str, entries: Sequence[EntryPoint]):
+        self.name = name
+        self.path = path
+        self.key = key
+        self.platform = platform
+        self.entries = {e.name: e for e in entries}
+        self.functions = {e.name: e.spec for e in entries}
+        self.targets = {e.name: f"{name}.{e.name}" for e in entries}
+        self._callables = {e.name: CompiledFunction(self, e) for e in entries}
+
+    def __getattr__(self, item: str) -> CompiledFunction:
+        callables = self.__dict__.get("_callables", {})
+        if item in callables:
+            return callables[item]
+        raise AttributeError(f"module '{self.__dict__.get('name')}' has no function '{item}'; "
+                             f"it has: {', '.join(callables) or 'none'}")
+
+    def __getitem__(self, item: str) -> CompiledFunction:
+        return self._callables[item]
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._callables))
+
+    def __repr__(self) -> str:
+        return f"<xlakern module '{self.name}' ({self.platform}): {', '.join(self.functions)}>"
+
+
+def _as_flags(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(shlex.split(value))
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise XlakernError(f"{what} must be a string or a list of strings; got {value!r}")
+
+
+def _register(name: str, key: str, lib: Path, platform: str, entries: Sequence[EntryPoint]) -> None:
+    import jax
+
+    xla_platform = "cpu" if platform == "cpu" else "CUDA"
+    try:
+        fresh = _runtime.open_module(name, key, str(lib), xla_platform)
+    except _runtime.ModuleConflict as e:
+        raise RegistrationError(_conflict_message(name, str(e))) from None
+    except RuntimeError as e:
+        raise RegistrationError(
+            f"cannot load module '{name}': {e}. Delete the build with xlakern.clear_cache({name!r}) and load again"
+        ) from None
+    if not fresh:
+        return
+    targets = []
+    try:
+        for e in entries:
+            capsule = _runtime.handler_capsule(name, _codegen.handler_symbol(e.name))
+            target = f"{name}.{e.name}"
+            jax.ffi.register_ffi_target(target, capsule, platform=xla_platform)
+            targets.append(target)
+    except Exception as exc:
+        _runtime.forget(name)
+        raise RegistrationError(f"registering the FFI targets of module '{name}' with XLA failed: {exc}") from exc
+    _runtime.add_targets(name, targets)
+
+
+def _conflict_message(name: str, detail: str) -> str:
+    return (
+        f"{detail}. XLA cannot replace an FFI target once registered, so one process holds one build per "
+        f"module name. Load the changed source under a new name (e.g. name='{name}_v2'), or restart Python "
+        f"to replace it"
+    )
+
+
+def _load(name: str, sources: list[_build.UserSource], functions: Any, platform: str, *,
+          optimization_level: int = 3, use_fast_math: bool = False, extra_cflags: Any = None,
+          extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
+          compute_capability: Any = None, allow_cuda_graph: bool = True,
+          build_directory: str | os.PathLike | None = None, force_rebuild: bool = False,
+          verbose: bool = False, quiet: bool = False) -> CompiledModule:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise XlakernError(f"module name {name!r} must be a C identifier (letters, digits, _), since it "
+                           f"prefixes the FFI target names '<name>.<function>'")
+    if not isinstance(optimization_level, int) or not 0 <= optimization_level <= 3:
+        raise XlakernError(f"optimization_level must be 0, 1, 2 or 3; got {optimization_level!r}")
+    if platform == "cpu" and (use_fast_math or extra_cuda_cflags or compute_capability is not None):
+        raise XlakernError("use_fast_math, extra_cuda_cflags and compute_capability apply to CUDA modules only; "
+                           "use extra_cflags=['-ffast-math'] for C++")
+    entries = resolve_entry_points([Source(s.label, s.text) for s in sources], functions, platform=platform)
+    include_paths = tuple(str(Path(p).expanduser().resolve()) for p in _as_flags(extra_include_paths,
+                                                                                "extra_include_paths"))
+    for p in include_paths:
+        if not Path(p).is_dir():
+            raise XlakernError(f"extra_include_paths: {p} is not a directory")
+    host = _toolchain.host_compiler()
+    cuda = _toolchain.nvcc() if platform == "cuda" else None
+    options = _build.BuildOptions(
+        platform=platform,
+        optimization_level=optimization_level,
+        use_fast_math=bool(use_fast_math),
+        extra_cflags=_as_flags(extra_cflags, "extra_cflags"),
+        extra_cuda_cflags=_as_flags(extra_cuda_cflags, "extra_cuda_cflags"),
+        extra_ldflags=_as_flags(extra_ldflags, "extra_ldflags"),
+        extra_include_paths=include_paths,
+        arch=_toolchain.cuda_arch(compute_capability) if platform == "cuda" else None,
+        allow_cuda_graph=bool(allow_cuda_graph),
+    )
+    key = _build.cache_key(name, sources, entries, options, host, cuda)
+
+    with _LOAD_LOCK:
+        existing = _MODULES.get(name)
+        if existing is not None and not force_rebuild:
+            if existing.key == key:
+                return existing
+            raise RegistrationError(_conflict_message(
+                name, f"module '{name}' is already registered from other content (key {existing.key[:12]}, "
+                      f"new key {key[:12]})"))
+        root = Path(build_directory).expanduser().resolve() if build_directory else _cache.cache_root()
+        slot = _cache.Entry(root, name, key)
+        lib = None if force_rebuild else slot.valid_library()
+        if lib is None:
+            kind = f"CUDA, sm_{options.arch}" if platform == "cuda" else "C++"
+            builder = _build.Builder(name, sources, entries, options, host, cuda, verbose)
+            with _build.Progress(f"compiling {name} ({kind})", quiet):
+                lib, _ = slot.build(builder, {"name": name, "platform": platform,
+                                              "functions": {e.name: e.spec for e in entries}},
+                                    force=force_rebuild)
+            if verbose:
+                import sys
+
+                print("xlakern: " + "\n  ".join(["commands:", *builder.commands]), file=sys.stderr)
+        _register(name, key, lib, platform, entries)
+        module = CompiledModule(name, lib, key, platform, entries)
+        if existing is None or existing.key != key:
+            _MODULES[name] = module
+        return _MODULES[name]
+
+
+_COMMON_DOC = """
+    Keyword options: optimization_level (0-3, default 3), extra_cflags, extra_ldflags,
+    extra_include_paths, build_directory (cache root for this module), force_rebuild,
+    verbose (print compiler commands), quiet (no progress message)."""
+
+
+def _inline_sources(name: str, sources: Any, what: str) -> list[_build.UserSource]:
+    if isinstance(sources, str):
+        sources = [sources]
+    if not isinstance(sources, (list, tuple)) or not sources or not all(isinstance(s, str) for s in sources):
+        raise XlakernError(f"{what} must be a source string or a non-empty list of source strings")
+    if len(sources) == 1:
+        return [_build.UserSource(f"inline:{name}", sources[0])]
+    return [_build.UserSource(f"inline:{name}[{i}]", s) for i, s in enumerate(sources)]
+
+
+def _file_sources(paths: Sequence[Path]) -> list[_build.UserSource]:
+    out = []
+    for p in paths:
+        p = Path(p).expanduser().resolve()
+        if not p.is_file():
+            raise XlakernError(f"source file {p} does not exist")
+        out.append(_build.UserSource(str(p), p.read_text(), p))
+    return out
+
+
+def _default_name(path: Path) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", Path(path).stem)
+    return stem if re.match(r"^[A-Za-z_]", stem) else f"m_{stem}"
+
+
+def load_cpp_inline(name: str, cpp_sources: str | Sequence[str], functions: Any = None, **options: Any) -> CompiledModule:
+    """Compile C++ source text for the CPU and register its entry points with XLA.
+
+    Entry points come from ``// @xk fn tokens`` annotations (``functions=None``), a list of
+    names (arg_spec inferred from the signatures), or a dict ``{fn: "arg ret attr.k:float32"}``.
+
+    Example::
+
+        mod = xlakern.load_cpp_inline("ops", '''
+        // @xk add_one arg ret
+        void add_one(const xk::Tensor x, xk::Tensor out) {
+          const float* in = x.data<float>(); float* o = out.data<float>();
+          for (int64_t i = 0; i < x.numel(); ++i) o[i] = in[i] + 1;
+        }''')
+        y = jax.jit(lambda x: mod.add_one(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)))(x)
+    """
+    return _load(name, _inline_sources(name, cpp_sources, "cpp_sources"), functions, "cpu", **options)
+
+
+def load_cpp_file(path: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+                  **options: Any) -> CompiledModule:
+    """Like :func:`load_cpp_inline` for a file (module name defaults to the file's stem).
+
+    Example::
+
+        mod = xlakern.load_cpp_file("kernels/decay.cc")
+    """
+    return _load(name or _default_name(Path(path)), _file_sources([Path(path)]), functions, "cpu", **options)
+
+
+def load_cuda_inline(name: str, cuda_sources: str | Sequence[str], functions: Any = None,
+                     **options: Any) -> CompiledModule:
+    """Compile CUDA source text with nvcc for the GPU JAX uses and register its entry points.
+
+    Entry points take XLA's stream as ``int64_t stream`` (token ``stream``) and launch on it.
+    CUDA options: use_fast_math, extra_cuda_cflags, compute_capability ('9.0'; default: the
+    GPU JAX sees, or $XLAKERN_CUDA_ARCH), allow_cuda_graph (default True).
+
+    Example::
+
+        mod = xlakern.load_cuda_inline("my_kernels", CUDA_SRC)
+        out = mod.vector_add(a, b, outs=jax.ShapeDtypeStruct(a.shape, a.dtype))
+    """
+    return _load(name, _inline_sources(name, cuda_sources, "cuda_sources"), functions, "cuda", **options)
+
+
+def load_cuda_file(path: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+                   **options: Any) -> CompiledModule:
+    """Like :func:`load_cuda_inline` for one ``.cu`` file.
+
+    Example::
+
+        mod = xlakern.load_cuda_file("kernels/lif.cu", compute_capability="9.0")
+    """
+    return _load(name or _default_name(Path(path)), _file_sources([Path(path)]), functions, "cuda", **options)
+
+
+def load_cuda_dir(directory: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+                  file_patterns: Sequence[str] = ("*.cu",), **options: Any) -> CompiledModule:
+    """Compile every file of ``directory`` matching ``file_patterns`` (each its own translation
+    unit, compiled in parallel) into one module.
+
+    Example::
+
+        mod = xlakern.load_cuda_dir("kernels/", name="snn")
+    """
+    d = Path(directory).expanduser().resolve()
+    if not d.is_dir():
+        raise XlakernError(f"{d} is not a directory")
+    files = sorted({p for pat in file_patterns for p in d.glob(pat) if p.is_file()})
+    if not files:
+        raise XlakernError(f"no files matching {list(file_patterns)} in {d}")
+    return _load(name or _default_name(d), _file_sources(files), functions, "cuda", **options)
+
+
+def list_registered_targets() -> list[str]:
+    """Names of every FFI target xlakern registered in this process.
+
+    Example::
+
+        >>> xlakern.list_registered_targets()
+        ['my_kernels.vector_add', 'scale_ops.scale_by']
+    """
+    return sorted(t for (_, _, _, _, targets) in _runtime.modules() for t in targets)
+
+
+def clear_cache(name: str | None = None) -> dict[str, list[str]]:
+    """Delete cached builds of module ``name`` (or all). Builds in progress are left alone.
+
+    Returns ``{"removed": [...], "skipped": [...]}``. Modules already loaded stay usable.
+
+    Example::
+
+        xlakern.clear_cache("my_kernels")
+    """
+    return _cache.clear(_cache.cache_root(), name)

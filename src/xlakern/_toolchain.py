@@ -1,0 +1,250 @@
+"""Finding compilers, their versions, jaxlib's FFI headers and the GPU arch.
+
+Nothing here starts a subprocess on a warm path: compiler versions are looked
+up once per (path, mtime, size) and remembered in the cache directory, so a
+cache hit in a fresh process runs no compiler at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from . import _cache
+from .errors import ToolchainError
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """A compiler: its command (path first) and its version text."""
+
+    command: tuple[str, ...]
+    version: str
+
+    @property
+    def path(self) -> str:
+        return self.command[0]
+
+
+def include_dir() -> Path:
+    """Directory of xlakern's public C++ headers (``xlakern/xlakern.h``, ``brainevent/common.h``)."""
+    d = _PACKAGE_DIR / "include"
+    if not (d / "xlakern" / "xlakern.h").is_file():
+        raise ToolchainError(
+            f"xlakern's C++ headers are missing from {d}; reinstall xlakern (pip install --no-build-isolation .)"
+        )
+    return d
+
+
+@functools.lru_cache(maxsize=None)
+def ffi_include_dir() -> Path:
+    """jaxlib's XLA FFI header directory (``jax.ffi.include_dir()``)."""
+    import jax
+
+    d = Path(jax.ffi.include_dir())
+    if not (d / "xla" / "ffi" / "api" / "ffi.h").is_file():
+        raise ToolchainError(
+            f"jaxlib's XLA FFI headers are not at {d}; install a jaxlib that ships them (jax>=0.4.36)"
+        )
+    return d
+
+
+@functools.lru_cache(maxsize=None)
+def ffi_headers_digest() -> str:
+    """SHA-256 over jaxlib's FFI API headers: a new jaxlib means new handlers."""
+    h = hashlib.sha256()
+    api = ffi_include_dir() / "xla" / "ffi" / "api"
+    for name in sorted(os.listdir(api)):
+        if name.endswith(".h"):
+            h.update(name.encode())
+            h.update((api / name).read_bytes())
+    return h.hexdigest()
+
+
+# -- version memo -----------------------------------------------------------
+
+_memo_lock = threading.Lock()
+_memo: dict[str, dict] | None = None
+_MEMO_FILE = "toolchain-versions.json"
+
+
+def _memo_path() -> Path:
+    return _cache.cache_root() / _MEMO_FILE
+
+
+def _load_memo() -> dict[str, dict]:
+    global _memo
+    if _memo is None:
+        try:
+            _memo = json.loads(_memo_path().read_text())
+            if not isinstance(_memo, dict):
+                _memo = {}
+        except (OSError, ValueError):
+            _memo = {}
+    return _memo
+
+
+def tool_version(path: str) -> str:
+    """First lines of ``path --version``, remembered by (path, mtime, size)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ToolchainError(f"compiler {path} cannot be read: {e}") from None
+    stamp = [st.st_mtime_ns, st.st_size]
+    with _memo_lock:
+        memo = _load_memo()
+        entry = memo.get(path)
+        if entry and entry.get("stamp") == stamp:
+            return entry["version"]
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ToolchainError(f"cannot run '{path} --version': {e}") from None
+    text = (out.stdout or out.stderr).strip()
+    if out.returncode != 0 or not text:
+        raise ToolchainError(f"'{path} --version' failed (exit {out.returncode}): {out.stderr.strip()[:300]}")
+    version = "\n".join(line for line in text.splitlines() if line.strip())
+    with _memo_lock:
+        memo = _load_memo()
+        memo[path] = {"stamp": stamp, "version": version}
+        try:
+            _cache.atomic_write_text(_memo_path(), json.dumps(memo, indent=1, sort_keys=True))
+        except OSError:
+            pass  # a read-only cache only costs a --version run next time
+    return version
+
+
+# -- compilers ----------------------------------------------------------------
+
+
+def host_compiler() -> Tool:
+    """The C++ compiler: ``$CXX`` if set, else g++, else clang++."""
+    cxx = os.environ.get("CXX", "").strip()
+    if cxx:
+        words = shlex.split(cxx)
+        path = shutil.which(words[0])
+        if path is None:
+            raise ToolchainError(f"CXX={cxx!r} but '{words[0]}' is not an executable on PATH; fix or unset CXX")
+        command = (os.path.realpath(path), *words[1:])
+    else:
+        for name in ("g++", "clang++", "c++"):
+            path = shutil.which(name)
+            if path:
+                command = (os.path.realpath(path),)
+                break
+        else:
+            raise ToolchainError(
+                "no C++ compiler found: install g++ or clang++ (e.g. apt-get install g++), or point CXX at one"
+            )
+    return Tool(command, tool_version(command[0]))
+
+
+def _pip_nvcc_candidates() -> list[Path]:
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    found = []
+    for root in spec.submodule_search_locations:
+        found += sorted(Path(root).glob("*/bin/nvcc"))
+    return found
+
+
+def find_nvcc() -> str:
+    """Path of nvcc: $XLAKERN_NVCC, $CUDA_HOME, $CUDA_PATH, pip's nvidia packages, PATH, /usr/local/cuda."""
+    tried = []
+    env = os.environ.get("XLAKERN_NVCC")
+    if env:
+        if os.access(env, os.X_OK):
+            return os.path.realpath(env)
+        raise ToolchainError(f"XLAKERN_NVCC={env!r} is not an executable; fix or unset it")
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            cand = Path(root) / "bin" / "nvcc"
+            tried.append(f"${var}/bin/nvcc ({cand})")
+            if os.access(cand, os.X_OK):
+                return os.path.realpath(cand)
+    for cand in _pip_nvcc_candidates():
+        tried.append(str(cand))
+        if os.access(cand, os.X_OK):
+            return os.path.realpath(cand)
+    path = shutil.which("nvcc")
+    tried.append("nvcc on PATH")
+    if path:
+        return os.path.realpath(path)
+    cand = Path("/usr/local/cuda/bin/nvcc")
+    tried.append(str(cand))
+    if os.access(cand, os.X_OK):
+        return os.path.realpath(cand)
+    raise ToolchainError(
+        "nvcc not found (looked at: " + ", ".join(tried) + "). Install the CUDA toolkit or "
+        "'pip install nvidia-cuda-nvcc', or set XLAKERN_NVCC / CUDA_HOME"
+    )
+
+
+def nvcc() -> Tool:
+    path = find_nvcc()
+    return Tool((path,), tool_version(path))
+
+
+# -- GPU architecture ---------------------------------------------------------
+
+
+def _normalise_arch(value: object, origin: str) -> str:
+    text = str(value).strip().lower()
+    for prefix in ("sm_", "compute_", "sm"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    if isinstance(value, tuple) and len(value) == 2:
+        text = f"{value[0]}{value[1]}"
+    text = text.replace(".", "")
+    suffix = ""
+    if text.endswith(("a", "f")):
+        text, suffix = text[:-1], text[-1]
+    if not text.isdigit() or not 2 <= len(text) <= 3:
+        raise ToolchainError(
+            f"{origin}={value!r} is not a compute capability; use e.g. '9.0', '90', 'sm_90' or (9, 0)"
+        )
+    return text + suffix
+
+
+def gpu_compute_capability() -> str | None:
+    """Compute capability of JAX's first GPU ('90' on Hopper), or None without a GPU."""
+    try:
+        import jax
+
+        devices = jax.devices("gpu")
+    except Exception:  # no GPU backend: RuntimeError, or a plugin failing to start
+        return None
+    cc = getattr(devices[0], "compute_capability", None) if devices else None
+    return _normalise_arch(cc, "the device's compute capability") if cc else None
+
+
+def cuda_arch(compute_capability: object = None) -> str:
+    """The arch to build for: argument, then $XLAKERN_CUDA_ARCH, then JAX's GPU."""
+    if compute_capability is not None:
+        return _normalise_arch(compute_capability, "compute_capability")
+    env = os.environ.get("XLAKERN_CUDA_ARCH")
+    if env:
+        return _normalise_arch(env, "XLAKERN_CUDA_ARCH")
+    cc = gpu_compute_capability()
+    if cc is None:
+        raise ToolchainError(
+            "cannot tell which GPU to build for: JAX sees no GPU. Pass compute_capability='9.0' "
+            "(or set XLAKERN_CUDA_ARCH=90) to build without one"
+        )
+    return cc

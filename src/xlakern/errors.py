@@ -1,0 +1,53 @@
+"""The xlakern exception hierarchy.
+
+Every error xlakern raises for bad input or a broken toolchain derives from
+:class:`XlakernError`, and its message says what went wrong and what to do.
+
+Example::
+
+    try:
+        mod = xlakern.load_cpp_inline("m", "void f(xk::Tensor o) { oops }")
+    except xlakern.CompilationError as e:
+        print(e)          # the compiler's diagnostics, with your line numbers
+"""
+
+from __future__ import annotations
+
+
+class XlakernError(Exception):
+    """Base class of every error raised by xlakern."""
+
+
+class SpecError(XlakernError, ValueError):
+    """An entry point's arg_spec does not match its C++ signature, or is malformed."""
+
+
+class CompilationError(XlakernError):
+    """The host compiler or nvcc rejected the sources (message holds the diagnostics)."""
+
+
+class ToolchainError(XlakernError):
+    """A compiler, the CUDA toolkit, jaxlib's FFI headers or the GPU arch could not be found."""
+
+
+class RegistrationError(XlakernError):
+    """An FFI target could not be registered (name clash, broken library, ...)."""
+
+
+class KernelError(XlakernError):
+    """A kernel failed while running (a failed XK_CHECK, a C++ exception, a CUDA error)."""
+
+
+class CallError(XlakernError, TypeError):
+    """A compiled function was called with the wrong arrays, outputs or attributes."""
+
+
+__all__ = [
+    "XlakernError",
+    "SpecError",
+    "CompilationError",
+    "ToolchainError",
+    "RegistrationError",
+    "KernelError",
+    "CallError",
+]
