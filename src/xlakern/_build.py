@@ -9,6 +9,7 @@ versions, xlakern's version and jaxlib's FFI headers.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ from ._spec import EntryPoint
 from ._version import __version__
 from .errors import CompilationError, ToolchainError
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: kernel libraries link the process's libstdc++
 
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
 
@@ -55,43 +56,92 @@ class BuildOptions:
 
 
 # -- header scanning ----------------------------------------------------------
+#
+# Header digests are remembered per (path, mtime_ns, size), in memory and in the
+# cache root, so a fresh process hitting the cache only stats its headers. The
+# library itself is always re-hashed before loading (see _cache.Entry).
 
-_digest_memo: dict[tuple[str, int, int], str] = {}
+_DIGESTS_FILE = "file-digests.json"
 _digest_lock = threading.Lock()
+_digests: dict[str, list] | None = None
+_digests_dirty = False
 
 
-def _file_digest(path: Path) -> str:
-    st = path.stat()
-    stamp = (str(path), st.st_mtime_ns, st.st_size)
+def _digest_memo() -> dict[str, list]:
+    global _digests
+    if _digests is None:
+        try:
+            _digests = json.loads((_cache.cache_root() / _DIGESTS_FILE).read_text())
+            if not isinstance(_digests, dict) or len(_digests) > 20000:
+                _digests = {}
+        except (OSError, ValueError):
+            _digests = {}
+    return _digests
+
+
+def _file_digest(path: str) -> str:
+    global _digests_dirty
+    st = os.stat(path)
     with _digest_lock:
-        d = _digest_memo.get(stamp)
-    if d is None:
-        d = hashlib.sha256(path.read_bytes()).hexdigest()
-        with _digest_lock:
-            _digest_memo[stamp] = d
-    return d
+        entry = _digest_memo().get(path)
+        if entry and entry[0] == st.st_mtime_ns and entry[1] == st.st_size:
+            return entry[2]
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with _digest_lock:
+        _digest_memo()[path] = [st.st_mtime_ns, st.st_size, digest]
+        _digests_dirty = True
+    return digest
 
 
-def reachable_headers(sources: Sequence[UserSource], include_paths: Sequence[Path]) -> dict[str, str]:
+def _save_digests() -> None:
+    global _digests_dirty
+    with _digest_lock:
+        if not _digests_dirty or _digests is None:
+            return
+        text = json.dumps(_digests)
+        _digests_dirty = False
+    try:
+        _cache.atomic_write_text(_cache.cache_root() / _DIGESTS_FILE, text)
+    except OSError:
+        pass  # read-only cache: we only lose the shortcut
+
+
+def reachable_headers(sources: Sequence[UserSource], include_paths: Sequence[str]) -> dict[str, str]:
     """{path: sha256} of every header the sources include that lives in ``include_paths``
     (or, for quoted includes, next to the including file). System headers are covered by
     the compiler's version instead."""
     found: dict[str, str] = {}
-    pending: list[tuple[str, Path | None]] = [(s.text, s.path.parent if s.path else None) for s in sources]
+    pending: list[tuple[str, str | None]] = [
+        (s.text, os.path.dirname(str(s.path)) if s.path else None) for s in sources]
     while pending:
         text, here = pending.pop()
         for m in _INCLUDE_RE.finditer(text):
             quoted, name = m.group(1) == '"', m.group(2).strip()
             dirs = ([here] if quoted and here is not None else []) + list(include_paths)
             for d in dirs:
-                cand = d / name
-                if cand.is_file():
-                    key = str(cand.resolve())
-                    if key not in found:
-                        found[key] = _file_digest(cand)
-                        pending.append((cand.read_text(errors="replace"), cand.resolve().parent))
+                cand = os.path.normpath(os.path.join(d, name))
+                if cand in found:
+                    break
+                if os.path.isfile(cand):
+                    found[cand] = _file_digest(cand)
+                    with open(cand, errors="replace") as f:
+                        pending.append((f.read(), os.path.dirname(cand)))
                     break
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def _our_headers() -> tuple[tuple[str, str], ...]:
+    # Every kernel TU gets xlakern/xlakern.h force-included, so all our headers count.
+    root = str(_toolchain.include_dir())
+    out = []
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".h"):
+                p = os.path.join(dirpath, f)
+                out.append((os.path.relpath(p, root), _file_digest(p)))
+    return tuple(sorted(out))
 
 
 def cache_key(
@@ -102,7 +152,7 @@ def cache_key(
     host: _toolchain.Tool,
     cuda: _toolchain.Tool | None,
 ) -> str:
-    include_paths = [Path(p) for p in options.extra_include_paths] + [_toolchain.include_dir()]
+    include_paths = [*options.extra_include_paths, str(_toolchain.include_dir())]
     material = {
         "format": CACHE_FORMAT,
         "xlakern": __version__,
@@ -110,18 +160,24 @@ def cache_key(
         "name": name,
         "sources": [[s.label, hashlib.sha256(s.text.encode()).hexdigest()] for s in sources],
         "headers": sorted(reachable_headers(sources, include_paths).items()),
-        "our_headers": sorted(
-            (str(p.relative_to(_toolchain.include_dir())), _file_digest(p))
-            for p in _toolchain.include_dir().rglob("*.h")
-        ),
+        "our_headers": _our_headers(),
         "entries": [[e.name, e.spec] for e in entries],
         "options": dataclasses.asdict(options),
         "host": [list(host.command), host.version],
         "cuda": [list(cuda.command), cuda.version] if cuda else None,
-        "ffi_headers": _toolchain.ffi_headers_digest(),
+        "ffi_headers": _ffi_headers_digest(),
     }
+    _save_digests()
     blob = json.dumps(material, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _ffi_headers_digest() -> str:
+    """Digest of jaxlib's FFI API headers: a new jaxlib means new handlers."""
+    api = os.path.join(str(_toolchain.ffi_include_dir()), "xla", "ffi", "api")
+    parts = [f"{n}:{_file_digest(os.path.join(api, n))}" for n in sorted(os.listdir(api)) if n.endswith(".h")]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 # -- compiling ----------------------------------------------------------------
@@ -190,13 +246,16 @@ class Builder:
 
     def _link(self, objs: list[Path], out: Path) -> list[str]:
         o = self.options
+        # Share the process's C++ runtime rather than risk a static copy (see process_libstdcxx).
+        libstdcxx = _toolchain.process_libstdcxx()
         if o.platform == "cpu":
             return [*self.host.command, "-shared", "-Wl,-Bsymbolic", "-Wl,--no-undefined",
-                    *map(str, objs), "-o", str(out), *o.extra_ldflags]
+                    *map(str, objs), *([libstdcxx] if libstdcxx else []), "-o", str(out), *o.extra_ldflags]
         return [self.cuda.path, "-shared", "-ccbin", self.host.path, "-cudart", "static",
                 "-Xlinker", "-Bsymbolic", "-Xlinker", "--no-undefined",
                 f"-gencode=arch=compute_{o.arch},code=[sm_{o.arch},compute_{o.arch}]",
-                *map(str, objs), "-o", str(out), *o.extra_ldflags]
+                *map(str, objs), *(["-Xlinker", libstdcxx] if libstdcxx else []),
+                "-o", str(out), *o.extra_ldflags]
 
     def __call__(self, work: Path) -> Path:
         steps: list[_Step] = []

@@ -27,6 +27,32 @@ SUPPORTED_DTYPES = frozenset(
 _MAX_DIMS = 8
 
 
+class _UInt64Bits(int):
+    """A uint64 attribute value of 2**63 or more.
+
+    jax turns NumPy integer attributes into MLIR attributes through a binding that takes
+    int64, which rejects such values; this type is lowered with the same 64 bits given as
+    their two's-complement int64, which XLA hands to the handler as the intended uint64.
+    """
+
+
+_uint64_handler_installed = False
+
+
+def _large_uint64(value: int) -> Any:
+    global _uint64_handler_installed
+    if not _uint64_handler_installed:
+        try:
+            from jax._src.interpreters import mlir
+            from jax._src.lib.mlir import ir
+        except ImportError:  # pragma: no cover - a jax without these internals
+            raise CallError(f"uint64 attribute {value} >= 2**63 is not supported by this jax version") from None
+        mlir.register_attribute_handler(
+            _UInt64Bits, lambda v: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), int(v) - 2**64))
+        _uint64_handler_installed = True
+    return _UInt64Bits(value)
+
+
 def _coerce_attr(fn: str, name: str, attr_type: str, value: Any) -> Any:
     """Turn a Python/NumPy scalar into exactly the NumPy type the handler decodes."""
     import jax
@@ -50,6 +76,8 @@ def _coerce_attr(fn: str, name: str, attr_type: str, value: Any) -> Any:
         if not info.min <= int(value) <= info.max:
             raise CallError(f"{fn}: attribute '{name}' = {value} does not fit in {attr_type} "
                             f"[{info.min}, {info.max}]")
+        if attr_type == "uint64" and int(value) >= 2**63:
+            return _large_uint64(int(value))
         return np.dtype(attr_type).type(int(value))
     if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, (bool, np.bool_)):
         raise bad

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import importlib.util
 import json
 import os
@@ -58,18 +57,6 @@ def ffi_include_dir() -> Path:
             f"jaxlib's XLA FFI headers are not at {d}; install a jaxlib that ships them (jax>=0.4.36)"
         )
     return d
-
-
-@functools.lru_cache(maxsize=None)
-def ffi_headers_digest() -> str:
-    """SHA-256 over jaxlib's FFI API headers: a new jaxlib means new handlers."""
-    h = hashlib.sha256()
-    api = ffi_include_dir() / "xla" / "ffi" / "api"
-    for name in sorted(os.listdir(api)):
-        if name.endswith(".h"):
-            h.update(name.encode())
-            h.update((api / name).read_bytes())
-    return h.hexdigest()
 
 
 # -- version memo -----------------------------------------------------------
@@ -199,6 +186,26 @@ def find_nvcc() -> str:
 def nvcc() -> Tool:
     path = find_nvcc()
     return Tool((path,), tool_version(path))
+
+
+@functools.lru_cache(maxsize=None)
+def process_libstdcxx() -> str | None:
+    """Path of the libstdc++ this process has loaded (jaxlib brings one), if any.
+
+    Kernel libraries link against it explicitly. Some toolchains (e.g. a relocated GCC
+    shipping only libstdc++.a) would otherwise link the C++ runtime statically into each
+    kernel library, where GCC 13's iostream/locale objects are never initialised: the
+    first std::ostringstream then crashes the process.
+    """
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rsplit(None, 1)[-1]
+                if "/libstdc++.so" in path and os.path.isfile(path):
+                    return path
+    except OSError:
+        pass
+    return None
 
 
 # -- GPU architecture ---------------------------------------------------------
