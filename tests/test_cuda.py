@@ -252,10 +252,15 @@ def test_failed_check_and_bad_launch_raise_and_gpu_keeps_working(seeds, rng):
     v = _gpu(rng.standard_normal(10).astype(np.float32))
     w = _gpu(rng.standard_normal(11).astype(np.float32))
     outs = (SDS(v.shape, v.dtype), SDS(v.shape, jnp.bool_))
-    with pytest.raises(xlakern.KernelError, match=r"cuda_extra.lif_step.*differ in size: 10 vs 11"):
-        seeds.lif_step(v, w, outs=outs, decay=0.5, thresh=1.0)
-    with pytest.raises(xlakern.KernelError, match=r"cuda_extra.gauss.*cudaErrorInvalidConfiguration|cuda_extra.gauss.*CUDA call failed"):
-        seeds.gauss(v, outs=SDS(v.shape, v.dtype), block=4096)  # more threads per block than allowed
+    # GPU dispatch is asynchronous: the error surfaces when the result is synchronised
+    # (as xlakern.KernelError if XLA reports it during the call, else as jax's JaxRuntimeError).
+    errors = (xlakern.KernelError, jax.errors.JaxRuntimeError)
+    with pytest.raises(errors, match=r"xlakern kernel 'cuda_extra.lif_step' failed.*differ in size: 10 vs 11"):
+        jax.block_until_ready(seeds.lif_step(v, w, outs=outs, decay=0.5, thresh=1.0))
+    with pytest.raises(errors, match=r"xlakern kernel 'cuda_extra.gauss' failed.*cudaErrorInvalidConfiguration"):
+        jax.block_until_ready(seeds.gauss(v, outs=SDS(v.shape, v.dtype), block=4096))  # > 1024 threads/block
+    with pytest.raises(errors, match=r"cuda_extra.lif_step.*differ in size"):  # and under jit
+        jax.block_until_ready(jax.jit(lambda v, w: seeds.lif_step(v, w, outs=outs, decay=0.5, thresh=1.0))(v, w))
     y = seeds.gauss(v, outs=SDS(v.shape, v.dtype), block=128)
     vd = np.asarray(v).astype(np.float64)
     np.testing.assert_allclose(y, np.exp(-vd * vd) * np.sin(vd), rtol=1e-5, atol=1e-6)

@@ -85,10 +85,16 @@ decltype(auto) dispatch_all(DType dt, const char* family, F&& f) {
 }  // namespace detail
 }  // namespace xk
 
-#define XK_DISPATCH_IMPL_(FN, FAMILY, DTYPE, SCALAR, ...)                     \
-  ::xk::detail::FN((DTYPE), FAMILY, [&](auto xk_type_tag_) {                  \
-    using SCALAR = typename decltype(xk_type_tag_)::type;                     \
-    __VA_ARGS__                                                               \
+// The tag parameter gets a unique name so nested dispatches do not shadow each
+// other, and the alias is [[maybe_unused]] for bodies that only need the dtype.
+#define XK_CONCAT_INNER_(a, b) a##b
+#define XK_CONCAT_(a, b) XK_CONCAT_INNER_(a, b)
+#define XK_DISPATCH_IMPL_(FN, FAMILY, DTYPE, SCALAR, ...) \
+  XK_DISPATCH_TAGGED_(FN, FAMILY, DTYPE, SCALAR, XK_CONCAT_(xk_type_tag_, __COUNTER__), __VA_ARGS__)
+#define XK_DISPATCH_TAGGED_(FN, FAMILY, DTYPE, SCALAR, TAG, ...)  \
+  ::xk::detail::FN((DTYPE), FAMILY, [&](auto TAG) {               \
+    using SCALAR [[maybe_unused]] = typename decltype(TAG)::type; \
+    __VA_ARGS__                                                   \
   })
 
 #define XK_DISPATCH_FLOATING(DTYPE, SCALAR, ...) \

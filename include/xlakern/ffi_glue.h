@@ -71,12 +71,15 @@ class FfiThreadPool {
  public:
   explicit FfiThreadPool(ffi::ThreadPool pool) : pool_(pool) {
     ref_.pool = &pool_;
-    ref_.num_threads = pool_.num_threads();
+    ref_.count_threads = &FfiThreadPool::count_threads;
     ref_.schedule = &FfiThreadPool::schedule;
   }
-  const ThreadPoolRef* ref() const { return &ref_; }
+  ThreadPoolRef* ref() { return &ref_; }
 
  private:
+  static int64_t count_threads(void* pool) {
+    return static_cast<ffi::ThreadPool*>(pool)->num_threads();
+  }
   static void schedule(void* pool, void (*task)(void*), void* arg) {
     static_cast<ffi::ThreadPool*>(pool)->Schedule([task, arg] { task(arg); });
   }

@@ -23,22 +23,27 @@ namespace xk {
 namespace detail {
 
 // A type-erased handle on the thread pool of the current FFI call. The
-// generated handler installs one (ThreadPoolScope) around the user function.
+// generated handler installs one (ThreadPoolScope) around the user function;
+// it is per call and only the calling thread reads it (pool threads see none,
+// so a parallel_for nested inside a range runs serially).
 struct ThreadPoolRef {
   void* pool = nullptr;
-  int64_t num_threads = 0;
+  // Pool size; -1 until first asked, so kernels that never call parallel_for
+  // never pay for the query.
+  int64_t num_threads = -1;
+  int64_t (*count_threads)(void* pool) = nullptr;
   // Runs task(arg) on some pool thread, eventually.
   void (*schedule)(void* pool, void (*task)(void*), void* arg) = nullptr;
 };
 
-inline const ThreadPoolRef*& current_thread_pool() {
-  static thread_local const ThreadPoolRef* current = nullptr;
+inline ThreadPoolRef*& current_thread_pool() {
+  static thread_local ThreadPoolRef* current = nullptr;
   return current;
 }
 
 class ThreadPoolScope {
  public:
-  explicit ThreadPoolScope(const ThreadPoolRef* pool)
+  explicit ThreadPoolScope(ThreadPoolRef* pool)
       : saved_(current_thread_pool()) {
     current_thread_pool() = pool;
   }
@@ -47,7 +52,7 @@ class ThreadPoolScope {
   ThreadPoolScope& operator=(const ThreadPoolScope&) = delete;
 
  private:
-  const ThreadPoolRef* saved_;
+  ThreadPoolRef* saved_;
 };
 
 // Shared by the caller and the helper tasks. Every participant claims chunks
@@ -72,7 +77,7 @@ struct ParallelForState {
       int64_t c = next.fetch_add(1, std::memory_order_relaxed);
       if (c >= num_chunks) return;
       int64_t begin = c * chunk;
-      int64_t end = std::min(n, begin + chunk);
+      int64_t end = n - begin > chunk ? begin + chunk : n;  // no overflow near INT64_MAX
       try {
         run_range(fn, begin, end);
       } catch (...) {
@@ -99,8 +104,12 @@ struct ParallelForTask {
 
 // Number of threads parallel_for may use in the current context (>= 1).
 inline int64_t num_threads() {
-  const detail::ThreadPoolRef* pool = detail::current_thread_pool();
-  return (pool && pool->schedule && pool->num_threads > 1) ? pool->num_threads : 1;
+  detail::ThreadPoolRef* pool = detail::current_thread_pool();
+  if (pool == nullptr || pool->schedule == nullptr) return 1;
+  if (pool->num_threads < 0) {
+    pool->num_threads = pool->count_threads ? pool->count_threads(pool->pool) : 1;
+  }
+  return pool->num_threads > 1 ? pool->num_threads : 1;
 }
 
 template <typename F>
@@ -113,21 +122,31 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
     return;
   }
   // About four chunks per thread balances uneven work without tiny chunks.
-  int64_t chunk = std::max(grain, (n + threads * 4 - 1) / (threads * 4));
+  // (Divisions are written so that n near INT64_MAX cannot overflow.)
+  const int64_t parts = threads * 4;
+  int64_t chunk = std::max(grain, n / parts + (n % parts != 0));
   auto state = std::make_shared<detail::ParallelForState>();
   state->n = n;
   state->chunk = chunk;
-  state->num_chunks = (n + chunk - 1) / chunk;
+  state->num_chunks = n / chunk + (n % chunk != 0);
   using Fn = std::remove_reference_t<F>;
   state->fn = const_cast<void*>(static_cast<const void*>(&fn));
   state->run_range = [](void* f, int64_t begin, int64_t end) {
     (*static_cast<Fn*>(f))(begin, end);
   };
-  const detail::ThreadPoolRef* pool = detail::current_thread_pool();
+  detail::ThreadPoolRef* pool = detail::current_thread_pool();
   int64_t helpers = std::min(threads, state->num_chunks) - 1;
-  for (int64_t i = 0; i < helpers; ++i) {
-    pool->schedule(pool->pool, &detail::ParallelForTask::run,
-                   new detail::ParallelForTask{state});
+  std::exception_ptr schedule_error;
+  try {
+    for (int64_t i = 0; i < helpers; ++i) {
+      auto task = std::make_unique<detail::ParallelForTask>(detail::ParallelForTask{state});
+      pool->schedule(pool->pool, &detail::ParallelForTask::run, task.get());
+      task.release();  // the pool owns it now
+    }
+  } catch (...) {
+    // Tasks already handed out may be running `fn`: finish every chunk and
+    // wait for them before reporting, so nothing touches `fn` after we return.
+    schedule_error = std::current_exception();
   }
   state->work();
   {
@@ -137,6 +156,7 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
     });
   }
   if (state->error) std::rethrow_exception(state->error);
+  if (schedule_error) std::rethrow_exception(schedule_error);
 }
 
 }  // namespace xk

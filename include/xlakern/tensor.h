@@ -44,9 +44,10 @@ class Tensor {
   template <typename T>
   XK_HOST_DEVICE T* data() const {
 #if !XK_DEVICE_PASS
-    XK_CHECK(dtype_of<T>() == dtype_)
+    XK_CHECK(dtype_of<T>() != DType::Invalid && dtype_of<T>() == dtype_)
         << "Tensor::data<" << dtype_name(dtype_of<T>()) << ">() called on a "
-        << dtype_name(dtype_) << " tensor; use the matching C++ type or dispatch on dtype()";
+        << dtype_name(dtype_) << " tensor; use the matching C++ type, dispatch on dtype(), "
+        << "or data_ptr<T>() for an unchecked cast";
 #endif
     return static_cast<T*>(data_);
   }
