@@ -48,7 +48,6 @@ if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack  # type: ignore[attr-defined]
 
 import jax
-import jax.numpy as jnp
 
 import xlakern
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import _build, _cache, _codegen, _runtime, _toolchain
-from ._spec import ATTR_TYPES, EntryPoint, Source, resolve_entry_points
+from ._spec import EntryPoint, Source, resolve_entry_points
 from .errors import CallError, KernelError, RegistrationError, XlakernError
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
