@@ -312,3 +312,64 @@ def test_concurrent_calls_from_threads(seeds, rng):
     for x, y in zip(xs, results):
         xd = np.asarray(x).astype(np.float64)
         np.testing.assert_allclose(y, np.exp(-xd * xd) * np.sin(xd), rtol=1e-5, atol=1e-6)
+
+
+# A kernel that records, in its output, whether XLA's stream was being captured into a CUDA
+# graph when the handler ran. Under a captured command buffer the value written during capture
+# is what every replay writes.
+CAPTURE_PROBE = r"""
+#include <cuda_runtime.h>
+__global__ void put(int32_t* out, int32_t status, const float* x, float* y, int64_t n) {
+  int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (k == 0) out[0] = status;
+  if (k < n) y[k] = 2.0f * x[k];
+}
+// @xk probe arg ret ret stream
+void probe(const xk::Tensor x, xk::Tensor status, xk::Tensor y, int64_t stream) {
+  cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+  XK_CUDA_CHECK(cudaStreamIsCapturing((cudaStream_t)stream, &s));
+  int64_t n = x.numel();
+  put<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(
+      status.data<int32_t>(), (int32_t)s, x.data<float>(), y.data<float>(), n);
+  XK_CHECK_LAUNCH();
+}
+"""
+
+CAPTURE_CHILD = r"""
+import os, sys, json, numpy as np, jax, jax.numpy as jnp, xlakern
+mod = xlakern.load_cuda_inline(sys.argv[1], os.environ["PROBE_SRC"], allow_cuda_graph=sys.argv[2] == "1")
+x = jax.device_put(np.random.default_rng().standard_normal(4096).astype(np.float32))
+
+@jax.jit
+def f(x):
+    def body(i, carry):
+        s, y = mod.probe(carry[1], outs=(jax.ShapeDtypeStruct((1,), jnp.int32), jax.ShapeDtypeStruct(x.shape, x.dtype)))
+        return s, jnp.sin(y) + 1.0
+    return jax.lax.fori_loop(0, 5, body, (jnp.zeros((1,), jnp.int32), x))
+
+want = np.asarray(x).astype(np.float64)
+for _ in range(5):
+    want = np.sin(2 * want) + 1
+for _ in range(3):  # first run records the graph, later runs replay it
+    s, y = f(x)
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5)
+print(json.dumps({"status": int(np.asarray(s)[0])}))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("allow_cuda_graph", [True, False])
+def test_cuda_graph_capture_follows_allow_cuda_graph(allow_cuda_graph):
+    import json
+    import os
+    import sys
+
+    flags = "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL,WHILE --xla_gpu_graph_min_graph_size=1"
+    env = dict(os.environ, PROBE_SRC=CAPTURE_PROBE, XLAKERN_QUIET="1", XLA_FLAGS=flags)
+    out = subprocess.run([sys.executable, "-c", CAPTURE_CHILD, unique_name("probe"), "1" if allow_cuda_graph else "0"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    status = json.loads(out.stdout.strip().splitlines()[-1])["status"]
+    # cudaStreamCaptureStatusActive == 1: the handler ran inside stream capture (graph-compatible);
+    # without the trait XLA must run it eagerly, outside any capture.
+    assert status == (1 if allow_cuda_graph else 0)
