@@ -115,6 +115,20 @@ def test_comments_and_strings_do_not_confuse_the_parser():
     assert list(mod.functions.values()) == ["arg ret attr.k:float32"]
 
 
+def test_macro_lines_and_extern_c_entry_points(rng):
+    src = (
+        "#define TWICE(v) ((v) * 2)\n"
+        "void doubled(const xk::Tensor x, xk::Tensor o) {\n"
+        "  for (int64_t i = 0; i < x.numel(); ++i) o.data<float>()[i] = TWICE(x.data<float>()[i]);\n}\n"
+        'extern "C" void negated(const xk::Tensor x, xk::Tensor o) {\n'
+        "  for (int64_t i = 0; i < x.numel(); ++i) o.data<float>()[i] = -x.data<float>()[i];\n}\n"
+    )
+    mod = xlakern.load_cpp_inline(unique_name("linkage"), src, ["doubled", "negated"])
+    x = rng.standard_normal(9).astype(np.float32)
+    np.testing.assert_allclose(mod.doubled(x, outs=SDS(x.shape, x.dtype)), 2 * x)
+    np.testing.assert_allclose(mod.negated(x, outs=SDS(x.shape, x.dtype)), -x)
+
+
 def test_inferred_spec_from_list_and_dict_forms():
     src = "void g(const xk::Tensor a, xk::Tensor b, int32_t n, double w, bool flag) {}"
     m1 = xlakern.load_cpp_inline(unique_name("infer"), src, ["g"])

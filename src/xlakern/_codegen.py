@@ -84,7 +84,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL({handler_symbol(entry.name)}, xk_impl_{entry.name}
 
 
 def _declaration(entry: EntryPoint) -> str:
-    return f"void {entry.name}({', '.join(p.cpp_type for p in entry.params)});"
+    linkage = 'extern "C" ' if entry.c_linkage else ""
+    return f"{linkage}void {entry.name}({', '.join(p.cpp_type for p in entry.params)});"
 
 
 def generate_glue(module: str, entries: Sequence[EntryPoint], platform: str, *, allow_cuda_graph: bool) -> str:

@@ -92,6 +92,7 @@ class EntryPoint:
     params: tuple[Param, ...]
     source: str
     line: int
+    c_linkage: bool = False
 
     @property
     def spec(self) -> str:
@@ -215,6 +216,7 @@ class Signature:
     params: tuple[CppParam, ...]
     source: Source
     line: int
+    c_linkage: bool = False  # declared extern "C"
 
 
 def _parse_cpp_param(text: str) -> CppParam:
@@ -250,7 +252,10 @@ def find_signature(sources: Sequence[Source], name: str, cleaned: Sequence[str])
             after = re.sub(r"^(?:noexcept|throw\s*\(\s*\))\s*", "", after)
             if not after or after[0] not in "{;":
                 continue  # a call, not a definition or declaration
-            start = max(clean.rfind(c, 0, m.start()) for c in ";{}#")
+            start = max(clean.rfind(c, 0, m.start()) for c in ";{}")
+            directive = clean.rfind("#", 0, m.start())
+            if directive > start:  # a preprocessor line ends at its newline, not at a ';'
+                start = max(start, clean.find("\n", directive))
             prefix = " ".join(clean[start + 1:m.start()].split())
             if re.search(r"[=(,]|\breturn\b", prefix):
                 continue
@@ -267,7 +272,8 @@ def find_signature(sources: Sequence[Source], name: str, cleaned: Sequence[str])
                 )
             params = tuple(_parse_cpp_param(p) for p in _split_params(clean[m.end():close]))
             rank = 0 if after[0] == "{" else 1
-            found.append((rank, Signature(name, params, src, line)))
+            c_linkage = bool(re.search(r'\bextern\s*"', prefix))  # literal text is blanked, quotes stay
+            found.append((rank, Signature(name, params, src, line, c_linkage)))
     if not found:
         return None
     found.sort(key=lambda item: item[0])
@@ -416,7 +422,8 @@ def bind(sig: Signature, tokens: Sequence[str], *, platform: str) -> EntryPoint:
             seen_attrs.add(attr_name)
         decl = _declaration_type(p, ckind)
         params.append(Param(kind=kind, cpp_type=decl, cpp_name=p.name, attr_name=attr_name, attr_type=attr_type))
-    entry = EntryPoint(name=sig.name, params=tuple(params), source=sig.source.label, line=sig.line)
+    entry = EntryPoint(name=sig.name, params=tuple(params), source=sig.source.label, line=sig.line,
+                       c_linkage=sig.c_linkage)
     if sum(p.kind == "stream" for p in params) > 1:
         raise SpecError(f"{where}: more than one 'stream' token")
     if not entry.rets:
