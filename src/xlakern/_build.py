@@ -24,22 +24,13 @@ from pathlib import Path
 from typing import Sequence
 
 from . import _cache, _codegen, _toolchain
-from ._spec import EntryPoint
+from ._spec import EntryPoint, Source
 from ._version import __version__
 from .errors import CompilationError, ToolchainError
 
 CACHE_FORMAT = 2  # 2: kernel libraries link the process's libstdc++
 
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
-
-
-@dataclasses.dataclass(frozen=True)
-class UserSource:
-    """A user source: inline text (written to the build dir) or a file compiled in place."""
-
-    label: str  # what diagnostics call it: 'inline:name' or the file's path
-    text: str
-    path: Path | None = None  # set for files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +98,7 @@ def _save_digests() -> None:
         pass  # read-only cache: we only lose the shortcut
 
 
-def reachable_headers(sources: Sequence[UserSource], include_paths: Sequence[str]) -> dict[str, str]:
+def reachable_headers(sources: Sequence[Source], include_paths: Sequence[str]) -> dict[str, str]:
     """{path: sha256} of every header the sources include that lives in ``include_paths``
     (or, for quoted includes, next to the including file). System headers are covered by
     the compiler's version instead."""
@@ -146,20 +137,20 @@ def _our_headers() -> tuple[tuple[str, str], ...]:
 
 def cache_key(
     name: str,
-    sources: Sequence[UserSource],
+    sources: Sequence[Source],
     entries: Sequence[EntryPoint],
     options: BuildOptions,
     host: _toolchain.Tool,
     cuda: _toolchain.Tool | None,
 ) -> str:
-    include_paths = [*options.extra_include_paths, str(_toolchain.include_dir())]
+    # xlakern's own headers are all hashed by _our_headers(); scanning covers the user's.
     material = {
         "format": CACHE_FORMAT,
         "xlakern": __version__,
         "glue_abi": _codegen.GLUE_ABI_VERSION,
         "name": name,
         "sources": [[s.label, hashlib.sha256(s.text.encode()).hexdigest()] for s in sources],
-        "headers": sorted(reachable_headers(sources, include_paths).items()),
+        "headers": sorted(reachable_headers(sources, options.extra_include_paths).items()),
         "our_headers": _our_headers(),
         "entries": [[e.name, e.spec] for e in entries],
         "options": dataclasses.asdict(options),
@@ -210,7 +201,7 @@ def _hint(output: str) -> str:
 class Builder:
     """Builds one module in a private directory."""
 
-    def __init__(self, name: str, sources: Sequence[UserSource], entries: Sequence[EntryPoint],
+    def __init__(self, name: str, sources: Sequence[Source], entries: Sequence[EntryPoint],
                  options: BuildOptions, host: _toolchain.Tool, cuda: _toolchain.Tool | None,
                  verbose: bool):
         self.name = name

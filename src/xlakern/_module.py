@@ -254,7 +254,7 @@ def _conflict_message(name: str, detail: str) -> str:
     )
 
 
-def _load(name: str, sources: list[_build.UserSource], functions: Any, platform: str, *,
+def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
           optimization_level: int = 3, use_fast_math: bool = False, extra_cflags: Any = None,
           extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
           compute_capability: Any = None, allow_cuda_graph: bool = True,
@@ -268,7 +268,7 @@ def _load(name: str, sources: list[_build.UserSource], functions: Any, platform:
     if platform == "cpu" and (use_fast_math or extra_cuda_cflags or compute_capability is not None):
         raise XlakernError("use_fast_math, extra_cuda_cflags and compute_capability apply to CUDA modules only; "
                            "use extra_cflags=['-ffast-math'] for C++")
-    entries = resolve_entry_points([Source(s.label, s.text) for s in sources], functions, platform=platform)
+    entries = resolve_entry_points(sources, functions, platform=platform)
     include_paths = tuple(str(Path(p).expanduser().resolve()) for p in _as_flags(extra_include_paths,
                                                                                 "extra_include_paths"))
     for p in include_paths:
@@ -324,23 +324,23 @@ _COMMON_DOC = """
     verbose (print compiler commands), quiet (no progress message)."""
 
 
-def _inline_sources(name: str, sources: Any, what: str) -> list[_build.UserSource]:
+def _inline_sources(name: str, sources: Any, what: str) -> list[Source]:
     if isinstance(sources, str):
         sources = [sources]
     if not isinstance(sources, (list, tuple)) or not sources or not all(isinstance(s, str) for s in sources):
         raise XlakernError(f"{what} must be a source string or a non-empty list of source strings")
     if len(sources) == 1:
-        return [_build.UserSource(f"inline:{name}", sources[0])]
-    return [_build.UserSource(f"inline:{name}[{i}]", s) for i, s in enumerate(sources)]
+        return [Source(f"inline:{name}", sources[0])]
+    return [Source(f"inline:{name}[{i}]", s) for i, s in enumerate(sources)]
 
 
-def _file_sources(paths: Sequence[Path]) -> list[_build.UserSource]:
+def _file_sources(paths: Sequence[Path]) -> list[Source]:
     out = []
     for p in paths:
         p = Path(p).expanduser().resolve()
         if not p.is_file():
             raise XlakernError(f"source file {p} does not exist")
-        out.append(_build.UserSource(str(p), p.read_text(), p))
+        out.append(Source(str(p), p.read_text(), p))
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from .errors import SpecError
@@ -63,10 +64,11 @@ VALID_TOKENS = "arg, ret, stream, attr.NAME, attr.NAME:TYPE (aliases: args, rets
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """One unit of user code: its label in diagnostics and its text."""
+    """One unit of user code: inline text (written to the build dir) or a file compiled in place."""
 
-    label: str
+    label: str  # what diagnostics call it: 'inline:name' or the file's path
     text: str
+    path: Path | None = None  # set for files
 
 
 @dataclasses.dataclass(frozen=True)
