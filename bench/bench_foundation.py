@@ -404,24 +404,27 @@ def section_b(args, info) -> list[Table]:
     cpu = jax.devices("cpu")[0]
     a32 = np.float32(DECAY_A)
 
-    def cpp_variants():
-        yield "jnp", lambda: (lambda v, x: v * DECAY_A + x)
-        yield "xlakern", lambda: (lambda m: (lambda v, x: m.decay(v, x, outs=jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                                                   a=DECAY_A)))(
-            loaded("xk_cpp_decay", lambda: xlakern.load_cpp_inline("xk_cpp_decay", CPP_DECAY, quiet=True)))
-        yield "brainevent", lambda: (loaded("be_cpp_decay", lambda: brainevent.load_cpp_inline("be_cpp_decay", CPP_DECAY)),
-                                     lambda v, x: ffi("be_cpp_decay.decay")(v, x, a=a32))[1]
-        yield "brainevent_O3", lambda: (loaded("be_cpp_decay_o3", lambda: brainevent.load_cpp_inline(
-            "be_cpp_decay_o3", CPP_DECAY, extra_cflags=["-O3"])),
-                                        lambda v, x: ffi("be_cpp_decay_o3.decay")(v, x, a=a32))[1]
+    def decay_variants(platform: str, src: str, with_o3: bool):
+        """(column, make) pairs; make() loads the module on first use and returns f(v, x)."""
+        xk_load = xlakern.load_cpp_inline if platform == "cpp" else xlakern.load_cuda_inline
 
-    def cuda_variants():
+        def xk():
+            name = f"xk_{platform}_decay"
+            mod = loaded(name, lambda: xk_load(name, src, quiet=True))
+            return lambda v, x: mod.decay(v, x, outs=jax.ShapeDtypeStruct(v.shape, v.dtype), a=DECAY_A)
+
+        def be(name: str, **options):
+            def make():
+                be_load = brainevent.load_cpp_inline if platform == "cpp" else brainevent.load_cuda_inline
+                loaded(name, lambda: be_load(name, src, **options))
+                return lambda v, x: ffi(f"{name}.decay")(v, x, a=a32)
+            return make
+
         yield "jnp", lambda: (lambda v, x: v * DECAY_A + x)
-        yield "xlakern", lambda: (lambda m: (lambda v, x: m.decay(v, x, outs=jax.ShapeDtypeStruct(v.shape, v.dtype),
-                                                                   a=DECAY_A)))(
-            loaded("xk_cu_decay", lambda: xlakern.load_cuda_inline("xk_cu_decay", CUDA_DECAY, quiet=True)))
-        yield "brainevent", lambda: (loaded("be_cu_decay", lambda: brainevent.load_cuda_inline("be_cu_decay", CUDA_DECAY)),
-                                     lambda v, x: ffi("be_cu_decay.decay")(v, x, a=a32))[1]
+        yield "xlakern", xk
+        yield "brainevent", be(f"be_{platform}_decay")
+        if with_o3:
+            yield "brainevent_O3", be(f"be_{platform}_decay_o3", extra_cflags=["-O3"])
 
     def run_table(t: Table, sizes: list[int], variants, device, be_cols: set[str]):
         for n in sizes:
@@ -456,7 +459,7 @@ def section_b(args, info) -> list[Table]:
               note=(f"Median of {args.runs} runs (after 3 warm-ups) of a jitted 100-step `lax.fori_loop`, "
                     "divided by 100. Same source for both libraries; BrainEvent's C++ build passes no -O flag "
                     "by default (xlakern builds with -O3), hence the extra column."))
-    run_table(t, [1_000, 100_000], cpp_variants, cpu, {"brainevent", "brainevent_O3"})
+    run_table(t, [1_000, 100_000], lambda: decay_variants("cpp", CPP_DECAY, True), cpu, {"brainevent", "brainevent_O3"})
     tables.append(t)
 
     if info["gpu"]:
@@ -465,7 +468,7 @@ def section_b(args, info) -> list[Table]:
                   ["size", "jnp", "xlakern `load_cuda_inline`", "BrainEvent `load_cuda_inline`", "check"],
                   note=(f"Median of {args.runs} runs (after 3 warm-ups) of a jitted 100-step `lax.fori_loop`, "
                         "divided by 100. The kernel launches on the `int64_t stream` argument; 256 threads a block."))
-        run_table(t, [10_000, 1_000_000, 16_000_000], cuda_variants, gpu, {"brainevent"})
+        run_table(t, [10_000, 1_000_000, 16_000_000], lambda: decay_variants("cuda", CUDA_DECAY, False), gpu, {"brainevent"})
         tables.append(t)
     else:
         t = Table("step_cuda", "b. Per-step cost, CUDA decay kernel", ["size", "jnp", "xlakern", "BrainEvent"])

@@ -81,24 +81,21 @@ def run(platform: str, mod, n: int) -> None:
 
 def main() -> None:
     print(f"xlakern {xlakern.__version__}, jax {jax.__version__}, devices: {jax.devices()}")
-    t = time.perf_counter()
-    cpu_mod = xlakern.load_cpp_inline("demo_lif_cpu", CPP)
-    print(f"loaded {cpu_mod} in {time.perf_counter() - t:.2f} s (a second run hits the cache)")
-    for n in (1_000, 1_000_000):
-        run("cpu", cpu_mod, n)
-
     try:
         has_gpu = bool(jax.devices("gpu"))
     except RuntimeError:
         has_gpu = False
+    setups = [("cpu", xlakern.load_cpp_inline, "demo_lif_cpu", CPP, (1_000, 1_000_000))]
     if has_gpu:
-        t = time.perf_counter()
-        gpu_mod = xlakern.load_cuda_inline("demo_lif_cuda", CUDA)
-        print(f"loaded {gpu_mod} in {time.perf_counter() - t:.2f} s")
-        for n in (10_000, 10_000_000):
-            run("gpu", gpu_mod, n)
+        setups.append(("gpu", xlakern.load_cuda_inline, "demo_lif_cuda", CUDA, (10_000, 10_000_000)))
     else:
         print("[gpu] no GPU visible to JAX: skipping the CUDA kernel")
+    for platform, load, name, source, sizes in setups:
+        t = time.perf_counter()
+        mod = load(name, source)
+        print(f"loaded {mod} in {time.perf_counter() - t:.2f} s (a second run hits the cache)")
+        for n in sizes:
+            run(platform, mod, n)
     print("demo OK")
 
 
