@@ -60,4 +60,21 @@ std::vector<ModuleRecord> Registry::modules() const {
   return out;
 }
 
+std::shared_ptr<const Kernel> Registry::add_kernel(std::shared_ptr<const Kernel> kernel) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto inserted = kernels_.emplace(kernel->key, kernel);
+  return inserted.first->second;
+}
+
+std::shared_ptr<const Kernel> Registry::find_kernel(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = kernels_.find(key);
+  return it == kernels_.end() ? nullptr : it->second;
+}
+
+size_t Registry::kernel_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return kernels_.size();
+}
+
 }  // namespace xlakern

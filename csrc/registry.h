@@ -1,9 +1,12 @@
 // registry.h -- the process-wide record of loaded kernel libraries.
 //
-// One registry serves every bridge: a module name maps to the content key it
-// was built from and the library that holds its FFI handlers. XLA keeps raw
-// handler pointers forever once a target is registered, so a library that
-// entered the registry is never unloaded.
+// One registry serves every bridge. Compiled C++/CUDA sources: a module name
+// maps to the content key it was built from and the library that holds its FFI
+// handlers. Numba and Python-callback kernels: a content key maps to a Kernel
+// record that the runtime's generic handlers find at XLA's instantiate stage.
+// XLA keeps raw handler pointers forever once a target is registered, and a
+// compiled executable may run a kernel at any later time, so nothing that
+// entered the registry is ever unloaded or freed.
 #pragma once
 
 #include <map>
@@ -23,6 +26,18 @@ struct ModuleRecord {
   std::string platform;  // "cpu" or "CUDA"
   std::shared_ptr<SharedLibrary> library;
   std::vector<std::string> targets;  // FFI target names registered with XLA
+};
+
+// A kernel run by one of the runtime's generic handlers (numba_cpu.h,
+// cubin_kernel.h, python_callback.h derive from it). The handler's HLO names it
+// only by `key`, a content hash, so an executable compiled in another process
+// finds it or fails with a clear error, never a dangling pointer.
+struct Kernel {
+  Kernel(std::string key, std::string name) : key(std::move(key)), name(std::move(name)) {}
+  virtual ~Kernel() = default;
+  virtual const char* kind() const = 0;
+  const std::string key;   // content hash, the `kernel` attribute of the custom call
+  const std::string name;  // the user's function name, for messages
 };
 
 // Thrown when a module name is already taken by different content.
@@ -47,10 +62,18 @@ class Registry {
   void forget(const std::string& name);
   std::vector<ModuleRecord> modules() const;
 
+  // Adds a kernel under its key; when the key is already there the existing
+  // record is kept (same content, same behaviour) and returned.
+  std::shared_ptr<const Kernel> add_kernel(std::shared_ptr<const Kernel> kernel);
+  // The kernel with this key, or nullptr.
+  std::shared_ptr<const Kernel> find_kernel(const std::string& key) const;
+  size_t kernel_count() const;
+
  private:
   Registry() = default;
   mutable std::mutex mutex_;
   std::map<std::string, ModuleRecord> modules_;
+  std::map<std::string, std::shared_ptr<const Kernel>> kernels_;
 };
 
 }  // namespace xlakern

@@ -19,6 +19,7 @@ Seed code written for BrainEvent runs with ``import xlakern as brainevent``.
 """
 
 from ._version import __version__
+from . import _compat  # noqa: F401  (NumPy 2.5 alias numba-cuda needs; see _compat)
 from .errors import (
     CallError,
     CompilationError,
@@ -42,6 +43,8 @@ from ._module import (
     load_cuda_inline,
 )
 from ._diagnostics import print_diagnostics
+from ._numba_cpu import numba_kernel, numba_kernel_cache_info
+from ._numba_cuda import numba_cuda_callable, numba_cuda_kernel, numba_cuda_launch_config
 
 __all__ = [
     "__version__",
@@ -65,4 +68,9 @@ __all__ = [
     "set_cache_dir",
     "include_dir",
     "print_diagnostics",
+    "numba_kernel",
+    "numba_kernel_cache_info",
+    "numba_cuda_kernel",
+    "numba_cuda_callable",
+    "numba_cuda_launch_config",
 ]

@@ -430,9 +430,15 @@ def list_registered_targets() -> list[str]:
     Example::
 
         >>> xlakern.list_registered_targets()
-        ['my_kernels.vector_add', 'scale_ops.scale_by']
+        ['my_kernels.vector_add', 'scale_ops.scale_by', 'xlakern.numba_cpu']
+
+    Numba kernels and Python callables share the runtime's generic targets (``xlakern.*``),
+    so wrapping more of them never adds a target.
     """
-    return sorted(t for (_, _, _, _, targets) in _runtime.modules() for t in targets)
+    from . import _bridge
+
+    modules = [t for (_, _, _, _, targets) in _runtime.modules() for t in targets]
+    return sorted(modules + _bridge.registered_targets())
 
 
 def clear_cache(name: str | None = None) -> dict[str, list[str]]:

@@ -1,0 +1,184 @@
+#include "cubin_kernel.h"
+
+#include <stdexcept>
+#include <string_view>
+
+namespace xlakern {
+
+CUfunction CubinKernel::function_for(CUcontext ctx) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& item : loaded_) {
+    if (item.first == ctx) return item.second;
+  }
+  const CudaDriver& cu = cuda_driver();
+  CUresult rc = cu.cuCtxPushCurrent(ctx);
+  if (rc != kCudaSuccess) throw std::runtime_error(cu.describe("cuCtxPushCurrent", rc));
+  // Modules are never unloaded: graphs XLA captured may launch them later.
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  std::string problem;
+  rc = cu.cuModuleLoadData(&module, image.data());
+  if (rc != kCudaSuccess) {
+    problem = cu.describe("cuModuleLoadData", rc) +
+              "; the image was built for another GPU architecture or a newer driver";
+  } else if ((rc = cu.cuModuleGetFunction(&function, module, entry.c_str())) != kCudaSuccess) {
+    problem = cu.describe("cuModuleGetFunction", rc) + " for entry '" + entry + "'";
+  } else if (shared_mem > 48 * 1024 &&
+             (rc = cu.cuFuncSetAttribute(function, kFuncAttributeMaxDynamicSharedSizeBytes,
+                                         static_cast<int>(shared_mem))) != kCudaSuccess) {
+    problem = cu.describe("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", rc) + " for " +
+              std::to_string(shared_mem) + " bytes of dynamic shared memory";
+  }
+  CUcontext popped = nullptr;
+  cu.cuCtxPopCurrent(&popped);
+  if (!problem.empty()) throw std::runtime_error(problem);
+  loaded_.emplace_back(ctx, function);
+  return function;
+}
+
+namespace {
+
+struct CubinState {
+  static xla::ffi::TypeId id;
+  std::shared_ptr<const CubinKernel> kernel;
+};
+xla::ffi::TypeId CubinState::id = XLA_FFI_UNKNOWN_TYPE_ID;
+const XLA_FFI_TypeInfo kStateInfo = ffi::MakeTypeInfo<CubinState>();
+
+using Stream = ffi::PlatformStream<CUstream>;
+
+ffi::Error kernel_error(const CubinKernel& k, const std::string& what) {
+  return ffi::Error(ffi::ErrorCode::kInternal,
+                    "xlakern CUDA kernel '" + k.name + "' failed: " + what);
+}
+
+ffi::ErrorOr<std::unique_ptr<CubinState>> instantiate(std::string_view key) {
+  auto kernel = std::dynamic_pointer_cast<const CubinKernel>(
+      Registry::instance().find_kernel(std::string(key)));
+  if (!kernel) {
+    return ffi::Unexpected(ffi::Error(
+        ffi::ErrorCode::kNotFound,
+        "xlakern: this program launches Numba CUDA kernel " + std::string(key.substr(0, 16)) +
+            "..., which this process has not compiled. The program was probably compiled by "
+            "another process (JAX's persistent compilation cache); call the numba_cuda_kernel "
+            "wrapper in this process before running it."));
+  }
+  return std::make_unique<CubinState>(CubinState{std::move(kernel)});
+}
+
+// Loads the module for the stream's context before any execution, so that
+// execute never loads one while XLA is capturing a CUDA graph.
+ffi::Error initialize(CUstream stream, CubinState* state, std::string_view) {
+  try {
+    const CudaDriver& cu = cuda_driver();
+    CUcontext ctx = nullptr;
+    CUresult rc = cu.cuStreamGetCtx(stream, &ctx);
+    if (rc != kCudaSuccess) return kernel_error(*state->kernel, cu.describe("cuStreamGetCtx", rc));
+    state->kernel->function_for(ctx);
+  } catch (const std::exception& e) {
+    return kernel_error(*state->kernel, e.what());
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error execute(CUstream stream, CubinState* state, std::string_view, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets) {
+  const CubinKernel& k = *state->kernel;
+  thread_local std::vector<ArgView> views;
+  thread_local BatchPlan plan;
+  thread_local std::vector<int64_t> slots;  // every kernel parameter, 8 bytes each
+  thread_local std::vector<void*> params;   // cuLaunchKernel's pointers into `slots`
+  thread_local std::vector<size_t> data_slot;
+
+  std::string problem = collect_args(args, rets, &views);
+  if (problem.empty()) problem = plan.build(k.specs, k.n_inputs, views);
+  if (!problem.empty()) return kernel_error(k, problem);
+
+  try {
+    const CudaDriver& cu = cuda_driver();
+    const bool empty_launch = k.grid[0] * k.grid[1] * k.grid[2] == 0 ||
+                              k.block[0] * k.block[1] * k.block[2] == 0;
+    if (empty_launch || plan.count() == 0) {
+      // Nothing to launch: give the outputs defined contents (XLA does not
+      // clear them) instead of leaving whatever the allocator handed out.
+      for (size_t a = k.n_inputs; a < views.size(); ++a) {
+        int64_t bytes = dtype_size(views[a].dtype);
+        for (int d = 0; d < views[a].rank; ++d) bytes *= views[a].dims[d];
+        if (bytes == 0) continue;
+        CUresult rc = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(views[a].data), 0,
+                                         static_cast<size_t>(bytes), stream);
+        if (rc != kCudaSuccess) return kernel_error(k, cu.describe("cuMemsetD8Async", rc));
+      }
+      return ffi::Error::Success();
+    }
+
+    CUcontext ctx = nullptr;
+    CUresult rc = cu.cuStreamGetCtx(stream, &ctx);
+    if (rc != kCudaSuccess) return kernel_error(k, cu.describe("cuStreamGetCtx", rc));
+    CUfunction function = k.function_for(ctx);
+
+    slots.clear();
+    data_slot.clear();
+    for (size_t a = 0; a < views.size(); ++a) {
+      const int rank = k.specs[a].rank;
+      const int64_t* dims = plan.item_dims(views, a);
+      const int64_t itemsize = dtype_size(views[a].dtype);
+      int64_t nitems = 1;
+      for (int d = 0; d < rank; ++d) nitems *= dims[d];
+      slots.push_back(0);  // meminfo
+      slots.push_back(0);  // parent
+      slots.push_back(nitems);
+      slots.push_back(itemsize);
+      data_slot.push_back(slots.size());
+      slots.push_back(0);  // data, set per batch element
+      slots.insert(slots.end(), dims, dims + rank);
+      const size_t strides_at = slots.size();
+      slots.resize(strides_at + rank);
+      int64_t stride = itemsize;  // C-contiguous, in bytes
+      for (int d = rank - 1; d >= 0; --d) {
+        slots[strides_at + d] = stride;
+        stride *= dims[d];
+      }
+    }
+    params.resize(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
+
+    for (int64_t b = 0; b < plan.count(); ++b) {
+      for (size_t a = 0; a < views.size(); ++a) {
+        slots[data_slot[a]] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(plan.data(views, a, b)));
+      }
+      rc = cu.cuLaunchKernel(function, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
+                             k.block[2], k.shared_mem, stream, params.data(), nullptr);
+      if (rc != kCudaSuccess) return kernel_error(k, cu.describe("cuLaunchKernel", rc));
+    }
+  } catch (const std::exception& e) {
+    return kernel_error(k, e.what());
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
+                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel"));
+XLA_FFI_DEFINE_HANDLER(kInitialize, initialize,
+                       ffi::Ffi::BindInitialize()
+                           .Ctx<Stream>()
+                           .Ctx<ffi::State<CubinState>>()
+                           .Attr<std::string_view>("kernel"));
+XLA_FFI_DEFINE_HANDLER(kExecute, execute,
+                       ffi::Ffi::Bind()
+                           .Ctx<Stream>()
+                           .Ctx<ffi::State<CubinState>>()
+                           .Attr<std::string_view>("kernel")
+                           .RemainingArgs()
+                           .RemainingRets(),
+                       {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace
+
+XLA_FFI_Handler* cubin_instantiate() { return kInstantiate; }
+XLA_FFI_Handler* cubin_initialize() { return kInitialize; }
+XLA_FFI_Handler* cubin_execute() { return kExecute; }
+XLA_FFI_TypeId* cubin_state_type_id() { return &CubinState::id; }
+const XLA_FFI_TypeInfo* cubin_state_type_info() { return &kStateInfo; }
+
+}  // namespace xlakern

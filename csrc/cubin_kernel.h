@@ -1,0 +1,54 @@
+// cubin_kernel.h -- compiled GPU kernels (Numba CUDA's cubin or PTX) launched
+// by the runtime with the CUDA driver API, from one generic FFI handler.
+//
+// Arrays are passed in Numba's kernel-argument layout: for each array,
+// meminfo, parent, nitems, itemsize, data, shape[ndim], strides[ndim] (bytes),
+// every field 8 bytes. The handler carries the command-buffer trait, so XLA
+// may capture its launches into a CUDA graph.
+#pragma once
+
+#include <array>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_driver.h"
+#include "kernel_args.h"
+#include "registry.h"
+
+namespace xlakern {
+
+struct CubinKernel : Kernel {
+  CubinKernel(std::string key, std::string name, std::string image, std::string entry,
+              std::vector<ArgSpec> specs, size_t n_inputs, std::array<unsigned, 3> grid,
+              std::array<unsigned, 3> block, unsigned shared_mem)
+      : Kernel(std::move(key), std::move(name)), image(std::move(image)),
+        entry(std::move(entry)), specs(std::move(specs)), n_inputs(n_inputs), grid(grid),
+        block(block), shared_mem(shared_mem) {}
+  const char* kind() const override { return "cuda_image"; }
+
+  // The kernel's function in `ctx`, loading the image into that context the
+  // first time (one module per device context). Throws std::runtime_error.
+  CUfunction function_for(CUcontext ctx) const;
+
+  const std::string image;  // cubin, or PTX text (NUL-terminated) that the driver JITs
+  const std::string entry;  // mangled kernel name
+  const std::vector<ArgSpec> specs;
+  const size_t n_inputs;
+  const std::array<unsigned, 3> grid, block;
+  const unsigned shared_mem;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::vector<std::pair<CUcontext, CUfunction>> loaded_;
+};
+
+// Handlers of the "xlakern.cuda_image" target, by XLA execution stage.
+XLA_FFI_Handler* cubin_instantiate();
+XLA_FFI_Handler* cubin_initialize();
+XLA_FFI_Handler* cubin_execute();
+XLA_FFI_TypeId* cubin_state_type_id();
+const XLA_FFI_TypeInfo* cubin_state_type_info();
+
+}  // namespace xlakern

@@ -1,0 +1,103 @@
+#include "numba_cpu.h"
+
+#include <mutex>
+#include <string_view>
+
+#include "python_bridge.h"
+
+namespace xlakern {
+
+namespace {
+
+// The state XLA keeps per custom-call instruction: the kernel, found once.
+struct NumbaCpuState {
+  static xla::ffi::TypeId id;
+  std::shared_ptr<const NumbaCpuKernel> kernel;
+};
+xla::ffi::TypeId NumbaCpuState::id = XLA_FFI_UNKNOWN_TYPE_ID;
+const XLA_FFI_TypeInfo kStateInfo = ffi::MakeTypeInfo<NumbaCpuState>();
+
+std::mutex workqueue_mutex;
+
+ffi::Error kernel_error(const NumbaCpuKernel& k, const std::string& what) {
+  return ffi::Error(ffi::ErrorCode::kInternal,
+                    "xlakern Numba kernel '" + k.name + "' failed: " + what);
+}
+
+ffi::ErrorOr<std::unique_ptr<NumbaCpuState>> instantiate(std::string_view key) {
+  auto kernel = std::dynamic_pointer_cast<const NumbaCpuKernel>(
+      Registry::instance().find_kernel(std::string(key)));
+  if (!kernel) {
+    return ffi::Unexpected(ffi::Error(
+        ffi::ErrorCode::kNotFound,
+        "xlakern: this program calls Numba CPU kernel " + std::string(key.substr(0, 16)) +
+            "..., which this process has not compiled. The program was probably compiled by "
+            "another process (JAX's persistent compilation cache); call the numba_kernel "
+            "wrapper in this process before running it."));
+  }
+  return std::make_unique<NumbaCpuState>(NumbaCpuState{std::move(kernel)});
+}
+
+ffi::Error execute(NumbaCpuState* state, std::string_view, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets) {
+  const NumbaCpuKernel& k = *state->kernel;
+  // Reused per thread: the hot path allocates nothing after the first call.
+  thread_local std::vector<ArgView> views;
+  thread_local std::vector<void*> data;
+  thread_local std::vector<int64_t> dims;
+  thread_local BatchPlan plan;
+
+  std::string problem = collect_args(args, rets, &views);
+  if (problem.empty()) problem = plan.build(k.specs, k.n_inputs, views);
+  if (!problem.empty()) return kernel_error(k, problem);
+
+  dims.clear();
+  for (size_t a = 0; a < views.size(); ++a) {
+    const int64_t* d = plan.item_dims(views, a);
+    dims.insert(dims.end(), d, d + k.specs[a].rank);
+  }
+  data.resize(views.size());
+  for (int64_t b = 0; b < plan.count(); ++b) {
+    for (size_t a = 0; a < views.size(); ++a) data[a] = plan.data(views, a, b);
+    int32_t status;
+    if (k.serialize) {
+      std::lock_guard<std::mutex> lock(workqueue_mutex);
+      status = k.entry(data.data(), dims.data());
+    } else {
+      status = k.entry(data.data(), dims.data());
+    }
+    if (status != 0) {
+      // Rare path: Python re-runs the kernel on these arrays to recover the
+      // exception's type and message.
+      std::vector<ArgView> items(views);
+      for (size_t a = 0; a < items.size(); ++a) {
+        items[a].dims = plan.item_dims(views, a);
+        items[a].rank = k.specs[a].rank;
+      }
+      std::unique_lock<std::mutex> lock(workqueue_mutex, std::defer_lock);
+      if (k.serialize) lock.lock();  // the re-run enters parallel code too
+      std::string why = call_python_hook(PythonHook::kExplainNumbaError, k.key, items, data,
+                                         k.n_inputs, 0, -1);
+      return kernel_error(k, why.empty() ? "it raised an exception" : why);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
+                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel"));
+XLA_FFI_DEFINE_HANDLER(kExecute, execute,
+                       ffi::Ffi::Bind()
+                           .Ctx<ffi::State<NumbaCpuState>>()
+                           .Attr<std::string_view>("kernel")
+                           .RemainingArgs()
+                           .RemainingRets());
+
+}  // namespace
+
+XLA_FFI_Handler* numba_cpu_instantiate() { return kInstantiate; }
+XLA_FFI_Handler* numba_cpu_execute() { return kExecute; }
+XLA_FFI_TypeId* numba_cpu_state_type_id() { return &NumbaCpuState::id; }
+const XLA_FFI_TypeInfo* numba_cpu_state_type_info() { return &kStateInfo; }
+
+}  // namespace xlakern

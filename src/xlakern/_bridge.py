@@ -1,0 +1,110 @@
+"""The runtime's generic FFI targets, shared by every bridge that is not compiled source.
+
+Numba CPU kernels, Numba CUDA kernels and Python callables all run through three targets
+registered once per process (``xlakern.numba_cpu``, ``xlakern.cuda_image``,
+``xlakern.python_callable``). A call names its kernel by content key in the ``kernel``
+attribute; the runtime finds the kernel at XLA's instantiate stage. Registering a new kernel
+therefore never registers a new FFI target.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import _runtime
+from .errors import CallError, KernelError
+
+NUMBA_CPU_TARGET = "xlakern.numba_cpu"
+CUDA_IMAGE_TARGET = "xlakern.cuda_image"
+PYTHON_CALLABLE_TARGET = "xlakern.python_callable"
+
+_lock = threading.Lock()
+_registered: set[str] = set()
+
+
+def ensure_target(target: str) -> None:
+    """Register ``target`` and its state type with XLA, once per process."""
+    if target in _registered:
+        return
+    import jax
+
+    with _lock:
+        if target in _registered:
+            return
+        for name, platform, stages, (type_name, type_id, type_info) in _runtime.bridge_targets():
+            if name == target:
+                jax.ffi.register_ffi_type(type_name, {"type_id": type_id, "type_info": type_info},
+                                          platform=platform)
+                jax.ffi.register_ffi_target(name, stages, platform=platform)
+                _registered.add(name)
+                return
+        raise AssertionError(f"the runtime has no bridge target {target}")  # pragma: no cover
+
+
+def registered_targets() -> list[str]:
+    return sorted(_registered)
+
+
+def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
+    """``outs`` (one ShapeDtypeStruct, or a sequence/pytree of them) as a flat list and treedef."""
+    import jax
+
+    flat, treedef = jax.tree.flatten(outs)
+    if not flat:
+        raise CallError(f"{who}: outs= describes no output; pass a jax.ShapeDtypeStruct per output")
+    structs = []
+    for i, o in enumerate(flat):
+        if not (hasattr(o, "shape") and hasattr(o, "dtype")):
+            raise CallError(f"{who}: outs= entry {i} is {type(o).__name__}, not a jax.ShapeDtypeStruct")
+        structs.append(jax.ShapeDtypeStruct(tuple(int(d) for d in o.shape), np.dtype(o.dtype)))
+    return structs, treedef
+
+
+def as_arrays(who: str, arrays: Sequence[Any]) -> list[Any]:
+    """Inputs as JAX values (arrays or tracers); Python scalars and NumPy arrays are converted."""
+    import jax
+    import jax.numpy as jnp
+
+    out = []
+    for i, x in enumerate(arrays):
+        if isinstance(x, (jax.Array, jax.core.Tracer)):
+            out.append(x)
+        elif isinstance(x, (np.ndarray, np.generic, int, float, bool)):
+            out.append(jnp.asarray(x))
+        else:
+            raise CallError(f"{who}: input {i} is a {type(x).__name__}; pass JAX or NumPy arrays")
+    return out
+
+
+def call(target: str, key: str, arrays: Sequence[Any], flat_outs: list[Any], treedef: Any,
+         vmap_method: str | None, input_output_aliases: Mapping[int, int] | None) -> Any:
+    """One ``jax.ffi.ffi_call`` of a bridge target for the kernel registered under ``key``."""
+    import jax
+
+    ensure_target(target)
+    fn = jax.ffi.ffi_call(
+        target, flat_outs, vmap_method=vmap_method,
+        input_output_aliases=dict(input_output_aliases) if input_output_aliases else None)
+    try:
+        results = fn(*arrays, kernel=key)
+    except jax.errors.JaxRuntimeError as err:
+        if "xlakern" in str(err):
+            raise KernelError(str(err)) from err
+        raise
+    return jax.tree.unflatten(treedef, list(results))
+
+
+def check_aliases(who: str, aliases: Mapping[int, int] | None, n_inputs_hint: int | None,
+                  flat_outs: list[Any]) -> None:
+    if aliases is None:
+        return
+    if not isinstance(aliases, Mapping):
+        raise CallError(f"{who}: input_output_aliases must be a dict {{input index: output index}}")
+    for i, o in aliases.items():
+        if not (isinstance(i, int) and isinstance(o, int)) or o < 0 or o >= len(flat_outs) or i < 0 or (
+                n_inputs_hint is not None and i >= n_inputs_hint):
+            raise CallError(f"{who}: input_output_aliases entry {i!r}: {o!r} does not name an input and one of "
+                            f"the {len(flat_outs)} output(s)")

@@ -1,0 +1,259 @@
+"""Numba CPU kernels as JAX operations, called from C++ with no Python per call: ``numba_kernel``.
+
+For each (kernel, input and output dtypes and ranks) xlakern compiles one Numba ``@cfunc``
+``int32 entry(void** data, int64* dims)`` that rebuilds the arrays with ``numba.carray``, calls
+the kernel inside ``try``, and returns 1 if it raised. The runtime's ``xlakern.numba_cpu``
+handler calls that function pointer directly. The cfunc is registered in the runtime under a
+content key; the HLO carries only that key, so a program compiled in another process can never
+reach a stale pointer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import _bridge, _runtime
+from ._fingerprint import fingerprint_dispatcher
+from .errors import CallError
+
+# Element types a Numba CPU kernel can take through xlakern (float16 is checked at compile time:
+# Numba's CPU target cannot do arithmetic on it).
+NUMBA_CPU_DTYPES = frozenset(
+    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+     "float16", "float32", "float64", "complex64", "complex128"])
+
+_ENTRY_VERSION = 1  # bump when the generated cfunc's calling convention changes
+
+
+@dataclass
+class _Cfunc:
+    key: str
+    name: str
+    kernel: Any  # the user's dispatcher, kept for error explanations
+    cfunc: Any  # keeps the machine code alive: the runtime holds its address forever
+
+
+_CFUNCS: dict[str, _Cfunc] = {}
+_COMPILE_LOCK = threading.RLock()
+_threading_checked = False
+_serialize_parallel = False
+
+
+def _is_cpu_dispatcher(obj: Any) -> bool:
+    try:
+        from numba.core.registry import CPUDispatcher
+    except ImportError:  # pragma: no cover - numba not installed
+        return False
+    return isinstance(obj, CPUDispatcher)
+
+
+def _configure_threading() -> bool:
+    """Choose Numba's threading layer before its first parallel launch; True if kernels must serialize.
+
+    Numba's default "workqueue" layer aborts the process when two threads enter parallel code at
+    once, which XLA's thread pool and several Python threads both do. Unless the user chose a
+    layer, xlakern asks for a thread-safe one ("threadsafe": TBB, else OpenMP). If none can be
+    loaded (or workqueue was already started), parallel kernels run one at a time under a lock.
+    """
+    global _threading_checked, _serialize_parallel
+    if _threading_checked:
+        return _serialize_parallel
+    import numba
+    from numba.np.ufunc import parallel
+
+    with _COMPILE_LOCK:
+        if not _threading_checked:
+            if not getattr(parallel, "_is_initialized", False) and numba.config.THREADING_LAYER == "default":
+                numba.config.THREADING_LAYER = "threadsafe"
+                try:
+                    parallel._launch_threads()
+                except Exception:
+                    numba.config.THREADING_LAYER = "default"
+            parallel._launch_threads()
+            _serialize_parallel = numba.threading_layer() == "workqueue"
+            _threading_checked = True
+    return _serialize_parallel
+
+
+def _entry_source(n_args: int, ranks: tuple[int, ...]) -> str:
+    lines = ["def entry(data, dims):"]
+    offset = 0
+    for a, rank in enumerate(ranks):
+        shape = "(" + "".join(f"dims[{offset + i}], " for i in range(rank)) + ")"
+        lines.append(f"    a{a} = carray(data[{a}], {shape}, dt{a})")
+        offset += rank
+    args = ", ".join(f"a{a}" for a in range(n_args))
+    lines += ["    try:", f"        kernel({args})", "    except Exception:", "        return 1", "    return 0"]
+    return "\n".join(lines) + "\n"
+
+
+def _compile_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...]) -> Any:
+    import numba
+    from numba import types
+
+    namespace: dict[str, Any] = {"carray": numba.carray, "kernel": kernel}
+    for a, dt in enumerate(dtypes):
+        namespace[f"dt{a}"] = np.dtype(dt)
+    exec(compile(_entry_source(len(dtypes), ranks), f"<xlakern entry for {kernel.__name__}>", "exec"), namespace)
+    signature = types.int32(types.CPointer(types.voidptr), types.CPointer(types.int64))
+    return numba.cfunc(signature)(namespace["entry"])
+
+
+def _kernel_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> _Cfunc:
+    """The registered cfunc for this kernel specialisation, compiling it on first use."""
+    import numba
+
+    fp = fingerprint_dispatcher(kernel)
+    # Unfingerprintable kernels are keyed by identity; _CFUNCS keeps them alive, so ids stay unique.
+    content = fp.digest or f"identity:{id(kernel)}"
+    key = hashlib.sha256(repr((_ENTRY_VERSION, numba.__version__, content, dtypes, ranks, n_inputs)).encode()
+                         ).hexdigest()
+    entry = _CFUNCS.get(key)
+    if entry is not None:
+        return entry
+    serialize = _configure_threading() if fp.uses_parallel else False
+    with _COMPILE_LOCK:
+        entry = _CFUNCS.get(key)
+        if entry is not None:
+            return entry
+        try:
+            cfunc = _compile_entry(kernel, dtypes, ranks)
+        except Exception as e:
+            sig = ", ".join(f"{d}[{'x'.join(':' * r) or '0-d'}]" for d, r in zip(dtypes, ranks))
+            hint = ""
+            if "float16" in dtypes:
+                hint = " Numba's CPU target does not support float16 arithmetic; cast to float32 first."
+            raise CallError(f"numba_kernel: Numba could not compile '{kernel.__name__}' for arrays ({sig}): "
+                            f"{type(e).__name__}: {e}.{hint}") from e
+        entry = _Cfunc(key, kernel.__name__, kernel, cfunc)
+        _runtime.register_numba_cpu_kernel(key, kernel.__name__, cfunc.address, list(dtypes), list(ranks),
+                                           n_inputs, serialize)
+        _CFUNCS[key] = entry
+    return entry
+
+
+def _array_at(address: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0 or address == 0:
+        return np.empty(shape, dt)
+    buf = (ctypes.c_char * (count * dt.itemsize)).from_address(address)
+    return np.frombuffer(buf, dtype=dt).reshape(shape)
+
+
+def _explain_error(key: str, arrays: list, n_inputs: int, stream: int, device: int) -> str:
+    """Runtime hook: the kernel's compiled entry reported an exception; re-run it to recover which."""
+    entry = _CFUNCS.get(key)
+    if entry is None:
+        return "it raised an exception"
+    views = [_array_at(addr, shape, dtype) for addr, shape, dtype in arrays]
+    try:
+        entry.kernel(*views)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return ("it raised an exception; re-running it on the same arrays to recover the message did not raise "
+            "(its failure may depend on outputs it had already written)")
+
+
+_runtime.set_python_hook(0, _explain_error)
+
+
+class NumbaKernel:
+    """A Numba CPU kernel as a function of JAX arrays; made by :func:`numba_kernel`."""
+
+    def __init__(self, kernel: Any, outs: Any, vmap_method: str | None,
+                 input_output_aliases: Mapping[int, int] | None):
+        self.kernel = kernel
+        self.__name__ = getattr(kernel, "__name__", "kernel")
+        self.outs = outs
+        self._flat_outs, self._treedef = _bridge.flatten_outs(outs, f"numba_kernel({self.__name__})")
+        self.vmap_method = vmap_method
+        self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
+        code = kernel.py_func.__code__
+        has_varargs = bool(code.co_flags & 0x04)
+        self._n_inputs = None if has_varargs else code.co_argcount - len(self._flat_outs)
+        if self._n_inputs is not None and self._n_inputs < 0:
+            raise CallError(f"numba_kernel: '{self.__name__}' takes {code.co_argcount} arrays but outs= describes "
+                            f"{len(self._flat_outs)} outputs; a kernel takes its inputs, then one array per output")
+        _bridge.check_aliases(f"numba_kernel({self.__name__})", self.input_output_aliases, self._n_inputs,
+                              self._flat_outs)
+        self._entries: dict[tuple, _Cfunc] = {}
+
+    def __repr__(self) -> str:
+        return f"<xlakern numba_kernel {self.__name__}: {len(self._flat_outs)} output(s)>"
+
+    def __call__(self, *arrays: Any) -> Any:
+        who = f"numba_kernel({self.__name__})"
+        if self._n_inputs is not None and len(arrays) != self._n_inputs:
+            raise CallError(f"{who} takes {self._n_inputs} input array(s) (the kernel's "
+                            f"{self._n_inputs + len(self._flat_outs)} parameters minus {len(self._flat_outs)} "
+                            f"output(s)); got {len(arrays)}")
+        arrays = _bridge.as_arrays(who, arrays)
+        dtypes, ranks = [], []
+        for role, items in (("input", arrays), ("output", self._flat_outs)):
+            for i, x in enumerate(items):
+                name = np.dtype(x.dtype).name
+                if name not in NUMBA_CPU_DTYPES:
+                    raise CallError(f"{who}: {role} {i} has dtype {name}, which Numba kernels cannot take; "
+                                    f"supported: {', '.join(sorted(NUMBA_CPU_DTYPES))}")
+                dtypes.append(name)
+                ranks.append(len(x.shape))
+        spec = (tuple(dtypes), tuple(ranks))
+        entry = self._entries.get(spec)
+        if entry is None:
+            entry = _kernel_entry(self.kernel, spec[0], spec[1], len(arrays))
+            self._entries[spec] = entry
+        return _bridge.call(_bridge.NUMBA_CPU_TARGET, entry.key, arrays, self._flat_outs, self._treedef,
+                            self.vmap_method, self.input_output_aliases)
+
+
+def numba_kernel(kernel: Any, outs: Any, *, vmap_method: str | None = None,
+                 input_output_aliases: Mapping[int, int] | None = None) -> NumbaKernel:
+    """Wrap an ``@numba.njit`` kernel as a JAX operation on CPU arrays.
+
+    The kernel takes its inputs, then one array per output, and writes the outputs in place.
+    The returned function takes JAX arrays, works eagerly and under ``jax.jit``, and returns
+    arrays with the structure of ``outs`` (one ``jax.ShapeDtypeStruct`` → one array). Each call
+    runs the compiled kernel from C++: no Python and no GIL per call.
+
+    ``vmap_method`` and ``input_output_aliases`` go to ``jax.ffi.ffi_call``. With
+    ``"broadcast_all"`` or ``"expand_dims"`` the runtime runs the kernel once per batch element
+    inside one call. A kernel that raises makes the call raise :class:`KernelError` naming it.
+    Parallel kernels (``parallel=True``, ``numba.prange``) get a thread-safe Numba threading
+    layer when one is available; otherwise they run one at a time.
+
+    Example::
+
+        @numba.njit
+        def add(x, y, out):
+            for i in range(out.size):
+                out[i] = x[i] + y[i]
+
+        f = xlakern.numba_kernel(add, outs=jax.ShapeDtypeStruct((8,), jnp.float32))
+        z = jax.jit(f)(jnp.ones(8, jnp.float32), jnp.arange(8, dtype=jnp.float32))
+    """
+    if not _is_cpu_dispatcher(kernel):
+        what = type(kernel).__name__
+        hint = " (a @cuda.jit kernel: use numba_cuda_kernel)" if hasattr(kernel, "targetoptions") else ""
+        raise CallError(f"numba_kernel needs an @numba.njit function; got {what}{hint}")
+    return NumbaKernel(kernel, outs, vmap_method, input_output_aliases)
+
+
+def numba_kernel_cache_info() -> dict[str, int]:
+    """Counts of what the Numba bridges hold in this process.
+
+    ``cfuncs``: compiled Numba CPU entry points (one per kernel content and dtype/rank
+    signature); ``runtime_kernels``: kernels registered with the runtime's generic targets.
+
+    Example::
+
+        >>> xlakern.numba_kernel_cache_info()
+        {'cfuncs': 3, 'runtime_kernels': 5}
+    """
+    return {"cfuncs": len(_CFUNCS), "runtime_kernels": _runtime.kernel_count()}

@@ -1,0 +1,461 @@
+"""Numba CUDA kernels in JAX: ``numba_cuda_kernel`` (launched from C++) and ``numba_cuda_callable``.
+
+``numba_cuda_kernel`` specialises the ``@cuda.jit`` dispatcher for the call's array types at
+trace time, takes the linked cubin for the GPU's compute capability and the kernel's entry
+name, and registers them with the runtime. The runtime's ``xlakern.cuda_image`` handler loads
+the image once per device context and launches it with ``cuLaunchKernel`` on XLA's stream,
+packing each array in Numba's argument layout: no Python per launch, and XLA may capture the
+launches into a CUDA graph.
+
+``numba_cuda_callable`` runs a Python function per call (its purpose), handing it Numba device
+arrays that alias XLA's buffers and XLA's stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import _bridge, _runtime
+from ._fingerprint import fingerprint_dispatcher
+from .errors import CallError, SpecError
+
+NUMBA_CUDA_DTYPES = frozenset(
+    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+     "float16", "float32", "float64", "complex64", "complex128"])
+DEFAULT_BLOCK_2D = (16, 16, 1)
+DEFAULT_BLOCK_3D = (8, 8, 4)
+_MAX_THREADS_PER_BLOCK = 1024
+_ENTRY_VERSION = 1
+
+
+def import_numba_cuda() -> Any:
+    """``numba.cuda``, imported with the NumPy 2.5 workaround in place (see ``xlakern._compat``)."""
+    from . import _compat  # noqa: F401  (restores np.row_stack before numba.cuda registers overloads)
+
+    try:
+        from numba import cuda
+    except ImportError as e:
+        raise CallError(f"Numba CUDA kernels need numba-cuda (pip install numba-cuda): {e}") from e
+    return cuda
+
+
+def _is_cuda_dispatcher(obj: Any) -> bool:
+    import sys
+
+    mod = sys.modules.get("numba.cuda.dispatcher")
+    return mod is not None and isinstance(obj, getattr(mod, "CUDADispatcher", ()))
+
+
+# --------------------------------------------------------------------------- launch configuration
+
+def _dims(value: Any, what: str, *, allow_zero: bool) -> tuple[int, int, int]:
+    items = (value,) if isinstance(value, (int, np.integer)) else value
+    if not isinstance(items, (tuple, list)) or not 1 <= len(items) <= 3 or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
+        raise SpecError(f"{what} must be an int or a tuple of 1 to 3 ints; got {value!r}")
+    low = 0 if allow_zero else 1
+    if any(int(v) < low for v in items):
+        raise SpecError(f"{what} must be {'non-negative' if allow_zero else 'positive'}; got {value!r}")
+    dims = [int(v) for v in items] + [1] * (3 - len(items))
+    return dims[0], dims[1], dims[2]
+
+
+def numba_cuda_launch_config(launch_dims: Any, threads_per_block: int = 256
+                             ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """``(grid, block)`` as 3-tuples for ``launch_dims`` total threads per dimension.
+
+    1-D: ``threads_per_block`` threads per block; 2-D: 16×16 blocks; 3-D: 8×8×4 blocks. The
+    grid covers every dimension (ceil division), so kernels must bounds-check.
+
+    Example::
+
+        >>> xlakern.numba_cuda_launch_config(1000)
+        ((4, 1, 1), (256, 1, 1))
+        >>> xlakern.numba_cuda_launch_config((64, 100))
+        ((4, 7, 1), (16, 16, 1))
+    """
+    n_dims = 1 if isinstance(launch_dims, (int, np.integer)) else len(launch_dims) if isinstance(
+        launch_dims, (tuple, list)) else 0
+    dims = _dims(launch_dims, "launch_dims", allow_zero=True)
+    if not isinstance(threads_per_block, (int, np.integer)) or not 1 <= threads_per_block <= _MAX_THREADS_PER_BLOCK:
+        raise SpecError(f"threads_per_block must be an int in 1..{_MAX_THREADS_PER_BLOCK}; got {threads_per_block!r}")
+    block = {1: (int(threads_per_block), 1, 1), 2: DEFAULT_BLOCK_2D, 3: DEFAULT_BLOCK_3D}[n_dims]
+    grid = tuple(math.ceil(d / b) for d, b in zip(dims, block))
+    return grid, block  # type: ignore[return-value]
+
+
+def _launch(grid: Any, block: Any, launch_dims: Any, threads_per_block: int, shared_mem: Any
+            ) -> tuple[tuple[int, int, int], tuple[int, int, int], int]:
+    if launch_dims is not None:
+        if grid is not None or block is not None:
+            raise SpecError("numba_cuda_kernel: give either grid= and block=, or launch_dims=, not both")
+        g, b = numba_cuda_launch_config(launch_dims, threads_per_block)
+    else:
+        if grid is None and block is None:
+            raise SpecError("numba_cuda_kernel needs a launch configuration: grid= and block= "
+                            "(blocks and threads per block), or launch_dims= (total threads)")
+        if grid is None or block is None:
+            raise SpecError(f"numba_cuda_kernel: grid= and block= go together; got only "
+                            f"{'grid' if block is None else 'block'}=")
+        g = _dims(grid, "grid", allow_zero=True)
+        b = _dims(block, "block", allow_zero=False)
+    if b[0] * b[1] * b[2] > _MAX_THREADS_PER_BLOCK:
+        raise SpecError(f"numba_cuda_kernel: block {b} has {b[0] * b[1] * b[2]} threads; a CUDA block holds "
+                        f"at most {_MAX_THREADS_PER_BLOCK}")
+    if not isinstance(shared_mem, (int, np.integer)) or isinstance(shared_mem, bool) or shared_mem < 0:
+        raise SpecError(f"numba_cuda_kernel: shared_mem must be a non-negative number of bytes; got {shared_mem!r}")
+    return g, b, int(shared_mem)
+
+
+# --------------------------------------------------------------------------- kernel images
+
+@dataclass(frozen=True)
+class KernelImage:
+    kind: str  # "cubin" or "ptx"
+    data: bytes  # cubin bytes, or NUL-terminated PTX text
+    entry: str  # the mangled kernel name
+
+
+def _array_types(dtypes: Sequence[str], ranks: Sequence[int]) -> tuple:
+    import numba
+
+    return tuple(numba.types.Array(numba.from_dtype(np.dtype(d)), int(r), "C") for d, r in zip(dtypes, ranks))
+
+
+def _reject_unsupported(kern: Any, name: str) -> None:
+    """Refuse kernels whose launch needs Numba's own launcher."""
+    lib = kern._codelibrary
+    reasons = []
+    if getattr(kern, "debug", False):
+        reasons.append("it was compiled with debug=True, whose exception flag Numba's launcher checks after "
+                       "every launch; compile without debug=True")
+    if getattr(kern, "cooperative", False):
+        reasons.append("it synchronises the grid (cooperative launch)")
+    if getattr(kern, "extensions", None):
+        reasons.append("it was compiled with launch extensions")
+    if getattr(kern, "launch_config_sensitive", False):
+        reasons.append("it is launch-configuration sensitive")
+    if getattr(lib, "_setup_functions", None) or getattr(lib, "_teardown_functions", None):
+        reasons.append("its linked code needs module setup callbacks")
+    if any("nrt" in str(f).lower() for f in getattr(lib, "_linking_files", ()) or ()):
+        reasons.append("it uses Numba's CUDA runtime (NRT)")
+    if reasons:
+        raise CallError(f"numba_cuda_kernel: '{name}' cannot be launched from xlakern's runtime: "
+                        f"{'; '.join(reasons)}. Use numba_cuda_callable, which launches through Numba")
+
+
+def kernel_image(dispatcher: Any, arg_types: Sequence[Any], cc: tuple[int, int] | None = None,
+                 prefer: str = "cubin") -> KernelImage:
+    """The compiled image and entry name of ``dispatcher`` for ``arg_types``.
+
+    ``prefer="cubin"`` specialises the dispatcher (needs a GPU) and returns the linked cubin for
+    ``cc``; ``prefer="ptx"`` compiles PTX with NVVM alone (no GPU needed), which the driver JITs.
+
+    Example::
+
+        img = xlakern._numba_cuda.kernel_image(kern, (numba.types.float32[::1],) * 2, cc=(9, 0), prefer="ptx")
+    """
+    cuda = import_numba_cuda()
+    name = getattr(dispatcher, "__name__", "kernel")
+    if prefer == "ptx":
+        options = dict(dispatcher.targetoptions)
+        if options.get("debug"):
+            raise CallError(f"numba_cuda_kernel: '{name}' was compiled with debug=True; compile without it")
+        ptx, _ = cuda.compile_ptx(dispatcher.py_func, tuple(arg_types), cc=cc,
+                                  fastmath=bool(options.get("fastmath", False)),
+                                  lineinfo=bool(options.get("lineinfo", False)))
+        found = re.search(r"\.entry\s+([A-Za-z0-9_$.]+)\s*\(", ptx)
+        if found is None:
+            raise CallError(f"numba_cuda_kernel: no kernel entry found in the PTX of '{name}'")
+        return KernelImage("ptx", ptx.encode() + b"\0", found.group(1))
+    if prefer != "cubin":
+        raise SpecError(f"prefer must be 'cubin' or 'ptx'; got {prefer!r}")
+    kern = dispatcher.compile(tuple(arg_types))
+    _reject_unsupported(kern, name)
+    cubin = kern._codelibrary.get_cubin(cc=cc)
+    return KernelImage("cubin", bytes(getattr(cubin, "code", cubin)), kern.entry_name)
+
+
+def _gpu_compute_capability() -> tuple[int, int] | None:
+    """The compute capability shared by every GPU JAX sees (None if they differ: then PTX is used)."""
+    import jax
+
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        raise CallError("numba_cuda_kernel runs on an NVIDIA GPU, and JAX sees none. Install jax[cuda13] "
+                        "on a machine with a GPU, or use numba_kernel for CPU kernels") from None
+    ccs = {tuple(int(p) for p in str(getattr(d, "compute_capability", "0.0")).split(".")[:2]) for d in devices}
+    return ccs.pop() if len(ccs) == 1 else None
+
+
+@dataclass
+class _CudaEntry:
+    key: str
+    name: str
+    image: KernelImage
+
+
+_ENTRIES: dict[str, _CudaEntry] = {}
+_COMPILE_LOCK = threading.RLock()
+
+
+def _cuda_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int,
+                grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int) -> _CudaEntry:
+    import numba
+
+    cc = _gpu_compute_capability()
+    fp = fingerprint_dispatcher(kernel)
+    content = fp.digest or f"identity:{id(kernel)}"
+    key = hashlib.sha256(repr((_ENTRY_VERSION, numba.__version__, content, dtypes, ranks, n_inputs, grid, block,
+                               shared_mem, cc)).encode()).hexdigest()
+    entry = _ENTRIES.get(key)
+    if entry is not None:
+        return entry
+    with _COMPILE_LOCK:
+        entry = _ENTRIES.get(key)
+        if entry is not None:
+            return entry
+        types = _array_types(dtypes, ranks)
+        try:
+            image = kernel_image(kernel, types, cc=cc, prefer="cubin" if cc else "ptx")
+        except CallError:
+            raise
+        except Exception as e:
+            sig = ", ".join(str(t) for t in types)
+            raise CallError(f"numba_cuda_kernel: Numba could not compile '{kernel.__name__}' for ({sig}): "
+                            f"{type(e).__name__}: {e}") from e
+        _runtime.register_cuda_image_kernel(key, kernel.__name__, image.data, image.entry, list(dtypes),
+                                            list(ranks), n_inputs, grid, block, shared_mem)
+        # Keep the dispatcher alive: identity keys rely on its id staying unique.
+        entry = _CudaEntry(key, kernel.__name__, image)
+        entry.kernel = kernel  # type: ignore[attr-defined]
+        _ENTRIES[key] = entry
+    return entry
+
+
+# --------------------------------------------------------------------------- shared call checks
+
+def _n_inputs(fn: Any, n_outputs: int, who: str) -> int | None:
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_flags & 0x04:  # *args: any number
+        return None
+    n = code.co_argcount - n_outputs
+    if n < 0:
+        raise CallError(f"{who} takes {code.co_argcount} arrays but outs= describes {n_outputs} outputs; "
+                        f"the function takes its inputs, then one array per output")
+    return n
+
+
+def _signature(who: str, arrays: Sequence[Any], flat_outs: Sequence[Any]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    import jax
+
+    dtypes, ranks = [], []
+    for role, items in (("input", arrays), ("output", flat_outs)):
+        for i, x in enumerate(items):
+            name = np.dtype(x.dtype).name
+            if name not in NUMBA_CUDA_DTYPES:
+                raise CallError(f"{who}: {role} {i} has dtype {name}, which Numba CUDA kernels cannot take; "
+                                f"supported: {', '.join(sorted(NUMBA_CUDA_DTYPES))}")
+            if role == "input" and isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+                platforms = {d.platform for d in x.devices()}
+                if platforms and platforms != {"gpu"}:
+                    raise CallError(f"{who}: input {i} lives on {', '.join(sorted(platforms))}; Numba CUDA kernels "
+                                    f"take GPU arrays (jax.device_put(x, jax.devices('gpu')[0]))")
+            dtypes.append(name)
+            ranks.append(len(x.shape))
+    return tuple(dtypes), tuple(ranks)
+
+
+class NumbaCudaKernel:
+    """A ``@cuda.jit`` kernel as a function of JAX GPU arrays; made by :func:`numba_cuda_kernel`."""
+
+    def __init__(self, kernel: Any, outs: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
+                 shared_mem: int, vmap_method: str | None, input_output_aliases: Mapping[int, int] | None):
+        self.kernel = kernel
+        self.__name__ = getattr(kernel, "__name__", "kernel")
+        self.grid, self.block, self.shared_mem = grid, block, shared_mem
+        self.vmap_method = vmap_method
+        who = f"numba_cuda_kernel({self.__name__})"
+        self._flat_outs, self._treedef = _bridge.flatten_outs(outs, who)
+        self._n_inputs = _n_inputs(kernel.py_func, len(self._flat_outs), who)
+        self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
+        _bridge.check_aliases(who, self.input_output_aliases, self._n_inputs, self._flat_outs)
+        self._entries: dict[tuple, _CudaEntry] = {}
+
+    def __repr__(self) -> str:
+        return f"<xlakern numba_cuda_kernel {self.__name__}: grid {self.grid}, block {self.block}>"
+
+    def __call__(self, *arrays: Any) -> Any:
+        who = f"numba_cuda_kernel({self.__name__})"
+        if self._n_inputs is not None and len(arrays) != self._n_inputs:
+            raise CallError(f"{who} takes {self._n_inputs} input array(s); got {len(arrays)}")
+        arrays = _bridge.as_arrays(who, arrays)
+        spec = _signature(who, arrays, self._flat_outs)
+        entry = self._entries.get(spec)
+        if entry is None:
+            entry = _cuda_entry(self.kernel, spec[0], spec[1], len(arrays), self.grid, self.block, self.shared_mem)
+            self._entries[spec] = entry
+        return _bridge.call(_bridge.CUDA_IMAGE_TARGET, entry.key, arrays, self._flat_outs, self._treedef,
+                            self.vmap_method, self.input_output_aliases)
+
+
+def numba_cuda_kernel(kernel: Any, outs: Any, *, grid: Any = None, block: Any = None, launch_dims: Any = None,
+                      threads_per_block: int = 256, shared_mem: int = 0, vmap_method: str | None = None,
+                      input_output_aliases: Mapping[int, int] | None = None) -> NumbaCudaKernel:
+    """Wrap a ``@cuda.jit`` kernel as a JAX operation on GPU arrays, launched from C++.
+
+    Give either ``grid`` and ``block`` (ints or tuples of up to 3), or ``launch_dims`` (total
+    threads per dimension; see :func:`numba_cuda_launch_config`). ``shared_mem`` is dynamic
+    shared memory in bytes. The kernel takes its inputs, then one array per output. The result
+    has the structure of ``outs``. Launches run on XLA's stream with no Python per call and can
+    be captured into CUDA graphs. With ``vmap_method="broadcast_all"`` (or ``"expand_dims"``),
+    a batched call launches the kernel once per batch element, all from one FFI call.
+
+    Example::
+
+        @cuda.jit
+        def add(x, y, out):
+            i = cuda.grid(1)
+            if i < out.size:
+                out[i] = x[i] + y[i]
+
+        f = xlakern.numba_cuda_kernel(add, outs=jax.ShapeDtypeStruct((1024,), jnp.float32), launch_dims=1024)
+        z = jax.jit(f)(a, b)
+    """
+    g, b, smem = _launch(grid, block, launch_dims, threads_per_block, shared_mem)
+    if not _is_cuda_dispatcher(kernel):
+        hint = " (an @numba.njit kernel: use numba_kernel)" if hasattr(kernel, "targetoptions") else ""
+        raise CallError(f"numba_cuda_kernel needs a @numba.cuda.jit kernel; got {type(kernel).__name__}{hint}")
+    return NumbaCudaKernel(kernel, outs, g, b, smem, vmap_method, input_output_aliases)
+
+
+# --------------------------------------------------------------------------- Python callables
+
+_CALLABLES: dict[str, Any] = {}  # key -> function; kept for the life of the process, like its FFI state
+_streams: dict[int, Any] = {}
+_contexts: dict[int, Any] = {}
+
+
+def _device_array(cuda: Any, ctx: Any, address: int, shape: tuple[int, ...], dtype: str) -> Any:
+    from numba.cuda.cudadrv import driver
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    dt = np.dtype(dtype)
+    strides, step = [], dt.itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes == 0:
+        return cuda.device_array(shape, dtype=dt)
+    pointer = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(address), size=nbytes)
+    return DeviceNDArray(shape, tuple(reversed(strides)), dt, stream=0, gpu_data=pointer)
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename}:{f.lineno}, in {f.name})"
+
+
+def _run_callable(key: str, arrays: list, n_inputs: int, stream: int, device: int) -> str | None:
+    """Runtime hook: run a numba_cuda_callable on XLA's buffers and stream."""
+    func = _CALLABLES.get(key)
+    if func is None:
+        return "its Python function is not registered in this process"
+    try:
+        cuda = import_numba_cuda()
+        ctx = _contexts.get(device)
+        if ctx is None:
+            with cuda.gpus[device]:
+                ctx = _contexts[device] = cuda.current_context()
+        if cuda.current_context() is not ctx:
+            with cuda.gpus[device]:
+                return _invoke(cuda, ctx, func, arrays, stream)
+        return _invoke(cuda, ctx, func, arrays, stream)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}{_where(e)}"
+
+
+def _invoke(cuda: Any, ctx: Any, func: Any, arrays: list, stream: int) -> None:
+    s = _streams.get(stream)
+    if s is None:
+        s = _streams[stream] = cuda.external_stream(stream)
+    views = [_device_array(cuda, ctx, addr, shape, dtype) for addr, shape, dtype in arrays]
+    func(*views, s)
+    return None
+
+
+_runtime.set_python_hook(1, _run_callable)
+
+
+class NumbaCudaCallable:
+    """A Python function of Numba device arrays and a stream, as a JAX operation; see :func:`numba_cuda_callable`."""
+
+    def __init__(self, func: Any, outs: Any, vmap_method: str | None,
+                 input_output_aliases: Mapping[int, int] | None):
+        self.func = func
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+        who = f"numba_cuda_callable({self.__name__})"
+        self._flat_outs, self._treedef = _bridge.flatten_outs(outs, who)
+        code = getattr(func, "__code__", None)
+        self._n_inputs = None
+        if code is not None and not code.co_flags & 0x04:
+            self._n_inputs = code.co_argcount - len(self._flat_outs) - 1  # the last parameter is the stream
+            if self._n_inputs < 0:
+                raise CallError(f"{who}: the function takes {code.co_argcount} parameters; it needs its inputs, "
+                                f"one per output ({len(self._flat_outs)}) and the stream")
+        self.vmap_method = vmap_method
+        self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
+        _bridge.check_aliases(who, self.input_output_aliases, self._n_inputs, self._flat_outs)
+        self._keys: dict[int, str] = {}
+
+    def __call__(self, *arrays: Any) -> Any:
+        who = f"numba_cuda_callable({self.__name__})"
+        if self._n_inputs is not None and len(arrays) != self._n_inputs:
+            raise CallError(f"{who} takes {self._n_inputs} input array(s); got {len(arrays)}")
+        arrays = _bridge.as_arrays(who, arrays)
+        _signature(who, arrays, self._flat_outs)
+        key = self._keys.get(len(arrays))
+        if key is None:
+            key = f"python:{id(self.func):x}:{len(arrays)}"
+            _CALLABLES[key] = self.func
+            _runtime.register_python_callable(key, self.__name__, len(arrays))
+            self._keys[len(arrays)] = key
+        return _bridge.call(_bridge.PYTHON_CALLABLE_TARGET, key, arrays, self._flat_outs, self._treedef,
+                            self.vmap_method, self.input_output_aliases)
+
+
+def numba_cuda_callable(func: Any, outs: Any, *, vmap_method: str | None = None,
+                        input_output_aliases: Mapping[int, int] | None = None) -> NumbaCudaCallable:
+    """Wrap a Python function that launches Numba CUDA kernels as a JAX operation.
+
+    ``func(*inputs, *outputs, stream)`` receives Numba device arrays aliasing XLA's buffers
+    (zero copy) and XLA's stream as a Numba stream; it may launch several kernels on that
+    stream and allocate temporaries. It runs in Python on every call, so it is slower than
+    :func:`numba_cuda_kernel` and is never captured into CUDA graphs. An exception inside
+    ``func`` makes the call fail with an error naming it.
+
+    Example::
+
+        def abs_two_pass(x, out, stream):
+            tmp = cuda.device_array(x.shape[0], dtype=np.float32)
+            square[blocks, 256, stream](x, tmp)
+            sqrt[blocks, 256, stream](tmp, out)
+
+        f = xlakern.numba_cuda_callable(abs_two_pass, outs=jax.ShapeDtypeStruct((n,), jnp.float32))
+    """
+    if not callable(func):
+        raise CallError(f"numba_cuda_callable needs a Python function; got {type(func).__name__}")
+    return NumbaCudaCallable(func, outs, vmap_method, input_output_aliases)
