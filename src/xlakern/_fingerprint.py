@@ -95,7 +95,8 @@ class _Walker:
             return f"recursive:{fn.__qualname__}"
         self.active.add(id(fn))
         try:
-            parts = [fn.__qualname__, self.code(fn.__code__), self.value(fn.__defaults__)]
+            # Not the qualname: kernels made by two different factories are still textually identical.
+            parts = [self.code(fn.__code__), self.value(fn.__defaults__)]
             for cell in fn.__closure__ or ():
                 try:
                     parts.append(self.value(cell.cell_contents))

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import _bridge, _runtime
 from ._fingerprint import fingerprint_dispatcher
+from ._hoist import without_body_imports
 from .errors import CallError
 
 # Element types a Numba CPU kernel can take through xlakern (float16 is checked at compile time:
@@ -93,6 +94,12 @@ def _entry_source(n_args: int, ranks: tuple[int, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _njit_like(kernel: Any) -> Any:
+    import numba
+
+    return numba.jit(**dict(kernel.targetoptions))
+
+
 def _compile_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...]) -> Any:
     import numba
     from numba import types
@@ -123,7 +130,7 @@ def _kernel_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], 
         if entry is not None:
             return entry
         try:
-            cfunc = _compile_entry(kernel, dtypes, ranks)
+            cfunc = _compile_entry(without_body_imports(kernel, _njit_like(kernel)), dtypes, ranks)
         except Exception as e:
             sig = ", ".join(f"{d}[{'x'.join(':' * r) or '0-d'}]" for d, r in zip(dtypes, ranks))
             hint = ""
@@ -154,7 +161,7 @@ def _explain_error(key: str, arrays: list, n_inputs: int, stream: int, device: i
         return "it raised an exception"
     views = [_array_at(addr, shape, dtype) for addr, shape, dtype in arrays]
     try:
-        entry.kernel(*views)
+        without_body_imports(entry.kernel, _njit_like(entry.kernel))(*views)
     except Exception as e:
         return f"{type(e).__name__}: {e}"
     return ("it raised an exception; re-running it on the same arrays to recover the message did not raise "
@@ -189,6 +196,8 @@ class NumbaKernel:
         return f"<xlakern numba_kernel {self.__name__}: {len(self._flat_outs)} output(s)>"
 
     def __call__(self, *arrays: Any) -> Any:
+        import jax
+
         who = f"numba_kernel({self.__name__})"
         if self._n_inputs is not None and len(arrays) != self._n_inputs:
             raise CallError(f"{who} takes {self._n_inputs} input array(s) (the kernel's "
@@ -204,6 +213,11 @@ class NumbaKernel:
                                     f"supported: {', '.join(sorted(NUMBA_CPU_DTYPES))}")
                 dtypes.append(name)
                 ranks.append(len(x.shape))
+                if role == "input" and isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+                    platforms = {d.platform for d in x.devices()}
+                    if platforms and platforms != {"cpu"}:
+                        raise CallError(f"{who}: input {i} lives on {', '.join(sorted(platforms))}; Numba CPU "
+                                        f"kernels take CPU arrays (jax.device_put(x, jax.devices('cpu')[0]))")
         spec = (tuple(dtypes), tuple(ranks))
         entry = self._entries.get(spec)
         if entry is None:

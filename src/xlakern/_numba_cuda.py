@@ -25,6 +25,7 @@ import numpy as np
 
 from . import _bridge, _runtime
 from ._fingerprint import fingerprint_dispatcher
+from ._hoist import without_body_imports
 from .errors import CallError, SpecError
 
 NUMBA_CUDA_DTYPES = frozenset(
@@ -225,8 +226,10 @@ def _cuda_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_
         if entry is not None:
             return entry
         types = _array_types(dtypes, ranks)
+        cuda = import_numba_cuda()
+        compiled = without_body_imports(kernel, cuda.jit(**dict(kernel.targetoptions)))
         try:
-            image = kernel_image(kernel, types, cc=cc, prefer="cubin" if cc else "ptx")
+            image = kernel_image(compiled, types, cc=cc, prefer="cubin" if cc else "ptx")
         except CallError:
             raise
         except Exception as e:
