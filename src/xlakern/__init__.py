@@ -42,6 +42,10 @@ from ._module import (
     load_cuda_inline,
 )
 from ._diagnostics import print_diagnostics
+# Custom primitives (XLACustomKernel), backend config and Warp helpers.
+from . import config
+from ._primitive import BackendError, KernelEntry, KernelGenerationError, XLACustomKernel
+from ._warp import WarpNotInstalledError, WarpTypeError, jaxinfo_to_warpinfo, jaxtype_to_warptype
 
 __all__ = [
     "__version__",
@@ -65,4 +69,14 @@ __all__ = [
     "set_cache_dir",
     "include_dir",
     "print_diagnostics",
+    # Custom primitives (XLACustomKernel), backend config and Warp helpers.
+    "XLACustomKernel",
+    "KernelEntry",
+    "BackendError",
+    "KernelGenerationError",
+    "config",
+    "jaxtype_to_warptype",
+    "jaxinfo_to_warpinfo",
+    "WarpNotInstalledError",
+    "WarpTypeError",
 ]
