@@ -160,6 +160,13 @@ class XLACustomKernel:
 
     ``op._kernels`` is ``{platform: {backend: KernelEntry}}``.
 
+    ``batching='auto'`` (default): vmap without :meth:`def_batching_rule` runs the generated
+    function under ``jax.vmap``, so each ffi_call inside batches by its own ``vmap_method``
+    (one launch when it has one; a loop when it has none). That trusts the kernel to handle
+    what its ``vmap_method`` hands it: e.g. Warp's ``jax_kernel`` defaults to
+    ``'broadcast_all'`` and gives the kernel the whole batch as larger arrays. Use
+    ``batching='loop'`` for an op whose kernels must see one batch element per launch.
+
     Example::
 
         op = xlakern.XLACustomKernel("scale")
@@ -169,13 +176,18 @@ class XLACustomKernel:
         y, = op(x, s, outs=[jax.ShapeDtypeStruct(x.shape, x.dtype)])
     """
 
-    def __init__(self, name: str, doc: Optional[str] = None):
+    def __init__(self, name: str, doc: Optional[str] = None, batching: str = "auto"):
         from jax._src import dispatch
         from jax.extend.core import Primitive
-        from jax.interpreters import ad, batching, mlir
+        from jax.interpreters import ad, mlir
+        from jax.interpreters import batching as jax_batching
 
         if not isinstance(name, str) or not name:
             raise XlakernError(f"XLACustomKernel needs a non-empty string name; got {name!r}")
+        if batching not in ("auto", "loop"):
+            raise XlakernError(f"XLACustomKernel batching must be 'auto' (one launch where the kernel's "
+                               f"ffi_calls batch, else a loop) or 'loop'; got {batching!r}")
+        self.batching = batching
         self.name = name
         if doc is not None:
             self.__doc__ = doc
@@ -188,7 +200,7 @@ class XLACustomKernel:
         for lowering_platform, platform in _LOWERING_PLATFORMS.items():
             mlir.register_lowering(self.primitive, functools.partial(self._lower, platform=platform),
                                    platform=lowering_platform)
-        batching.primitive_batchers[self.primitive] = self._default_batching
+        jax_batching.primitive_batchers[self.primitive] = self._default_batching
         ad.primitive_jvps[self.primitive] = self._jvp
         ad.primitive_transposes[self.primitive] = self._transpose
 
@@ -516,7 +528,7 @@ class XLACustomKernel:
         name = self._resolve(platform, backend, selection)
         fn = self._checked(self._generated_function(platform, name, outs, kwargs), outs, platform, name)
         for size, dims in batch:  # innermost level first
-            fn = _batched(fn, dims)
+            fn = _batched(fn, dims, loop=self.batching == "loop")
         try:
             return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
         except (BackendError, KernelGenerationError):
@@ -670,17 +682,18 @@ def _transpose_level(fn: Callable, dims: tuple, nout: int, lin: list, dfn: list)
     return level
 
 
-def _batched(fn: Callable, dims: tuple) -> Callable:
+def _batched(fn: Callable, dims: tuple, loop: bool = False) -> Callable:
     """``fn`` over one batch level: one ``jax.vmap`` (inner ffi_calls batch through their
-    ``vmap_method``), or a ``lax.map`` loop when an inner call cannot be batched."""
+    ``vmap_method``), or a ``lax.map`` loop when an inner call cannot be batched (or ``loop``)."""
     jax = _jax()
 
     def batched(*xs):
-        try:
-            return list(jax.vmap(fn, in_axes=tuple(dims), out_axes=0)(*xs))
-        except NotImplementedError:
-            # jax.ffi.ffi_call(vmap_method=None) refuses vmap: run one call per element.
-            pass
+        if not loop:
+            try:
+                return list(jax.vmap(fn, in_axes=tuple(dims), out_axes=0)(*xs))
+            except NotImplementedError:
+                # jax.ffi.ffi_call(vmap_method=None) refuses vmap: run one call per element.
+                pass
         idx = [i for i, d in enumerate(dims) if d is not None]
 
         def one(sl):
