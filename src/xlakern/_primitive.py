@@ -85,6 +85,14 @@ def _jax():
     return jax
 
 
+def _core():
+    # jax._src.core rather than jax.core: jax keeps trimming the public jax.core namespace
+    # (ShapedArray, get_aval, Tracer have moved or been deprecated across 0.4 - 0.11).
+    from jax._src import core
+
+    return core
+
+
 def _struct(o: Any, op: str, i: int):
     jax = _jax()
     shape, dtype = getattr(o, "shape", None), getattr(o, "dtype", None)
@@ -118,7 +126,7 @@ def _as_list(result: Any) -> list:
 def _zero_tangent(x: Any):
     from jax.interpreters import ad
 
-    aval = _jax().core.get_aval(x)
+    aval = _core().get_aval(x)
     return ad.Zero(aval.to_tangent_aval())
 
 
@@ -413,7 +421,7 @@ class XLACustomKernel:
             raise _call_error(f"{self.name}: outs= must describe at least one output (jax.ShapeDtypeStruct)")
         structs = tuple(_struct(o, self.name, i) for i, o in enumerate(flat))
         for k, v in kwargs.items():
-            if isinstance(v, jax.core.Tracer):
+            if isinstance(v, _core().Tracer):
                 raise _call_error(
                     f"{self.name}: keyword argument '{k}' is a traced value, but keyword arguments are static "
                     f"(they reach the kernel generator at compile time). Pass a Python value (e.g. mark it "
@@ -428,7 +436,7 @@ class XLACustomKernel:
                 raise _call_error(f"{self.name}: backend= must be a backend name or None; got {backend!r}")
             if not any(backend in t for t in self._kernels.values()):
                 raise BackendError(f"{self.name}: unknown backend '{backend}'. Registered: {self._describe()}")
-        arrays = [x if isinstance(x, (jax.Array, jax.core.Tracer)) else jnp.asarray(x) for x in ins]
+        arrays = [x if isinstance(x, (jax.Array, _core().Tracer)) else jnp.asarray(x) for x in ins]
         result = self.primitive.bind(
             *arrays, outs=structs, backend=backend, kwargs=tuple(sorted(kwargs.items(), key=lambda kv: kv[0])),
             selection=_config.selection_token(), batch=())
@@ -437,7 +445,7 @@ class XLACustomKernel:
     # ------------------------------------------------------------------ primitive rules
 
     def _abstract_eval(self, *avals, outs, backend, kwargs, selection, batch):
-        from jax.core import ShapedArray
+        ShapedArray = _core().ShapedArray
 
         lead = tuple(size for size, _ in reversed(batch))
         return [ShapedArray(lead + tuple(o.shape), o.dtype) for o in outs]
@@ -627,7 +635,7 @@ class XLACustomKernel:
                                f"op needs op.def_transpose_rule(...)")
         params = dict(outs=outs, backend=backend, kwargs=kwargs, selection=selection)
         lead = tuple(size for size, _ in reversed(batch))
-        out_avals = [_jax().core.ShapedArray(lead + tuple(o.shape), o.dtype) for o in outs]
+        out_avals = [_core().ShapedArray(lead + tuple(o.shape), o.dtype) for o in outs]
         cts = [_instantiate(c, a) for c, a in zip(cts, out_avals)]
         if batch:
             return self._transpose_batched(cts, args, params, batch)
