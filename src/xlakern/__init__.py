@@ -45,6 +45,10 @@ from ._module import (
 from ._diagnostics import print_diagnostics
 from ._numba_cpu import numba_kernel, numba_kernel_cache_info
 from ._numba_cuda import numba_cuda_callable, numba_cuda_kernel, numba_cuda_launch_config
+# Custom primitives (XLACustomKernel), backend config and Warp helpers.
+from . import config
+from ._primitive import BackendError, KernelEntry, KernelGenerationError, XLACustomKernel
+from ._warp import WarpNotInstalledError, WarpTypeError, jaxinfo_to_warpinfo, jaxtype_to_warptype
 
 __all__ = [
     "__version__",
@@ -73,4 +77,14 @@ __all__ = [
     "numba_cuda_kernel",
     "numba_cuda_callable",
     "numba_cuda_launch_config",
+    # Custom primitives (XLACustomKernel), backend config and Warp helpers.
+    "XLACustomKernel",
+    "KernelEntry",
+    "BackendError",
+    "KernelGenerationError",
+    "config",
+    "jaxtype_to_warptype",
+    "jaxinfo_to_warpinfo",
+    "WarpNotInstalledError",
+    "WarpTypeError",
 ]

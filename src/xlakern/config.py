@@ -1,0 +1,160 @@
+"""Process-wide settings: which backend :class:`xlakern.XLACustomKernel` ops use per platform.
+
+Example::
+
+    import xlakern
+    xlakern.config.set_backend("cpu", "cpp")     # every op that has a 'cpp' CPU kernel uses it
+    xlakern.config.get_backend("cpu")            # 'cpp'
+    xlakern.config.set_backend("cpu", None)      # back to each op's own default
+
+The choice is part of jax's jit cache key, so a switch takes effect in functions that were
+already jitted (they are traced again on their next call) without clearing jax's caches;
+switching back finds the earlier compilation still cached.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+from .errors import XlakernError
+
+__all__ = ["set_backend", "get_backend", "clear_backends", "backends", "PLATFORMS"]
+
+# Platforms an op can have kernels for. 'gpu' covers CUDA (and ROCm, should jax report it).
+PLATFORMS = ("cpu", "gpu", "tpu")
+_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
+
+_lock = threading.Lock()
+_backends: dict[str, str] = {}
+# Bumped whenever any op's default backend changes (XLACustomKernel.set_default), so that
+# change, too, reaches already-jitted code.
+_generation = 0
+
+# How the selection reaches jax's caches. A jax config State created with
+# include_in_jit_key / include_in_trace_context is what jax itself uses for options that
+# change what a traced function lowers to (e.g. jax_enable_x64): jit's C++ fast path and
+# the tracing/lowering caches key on its value. It is a jax-internal API (jax._src.config),
+# present with this signature in jax 0.4.3x-0.11; if it is ever missing we fall back to
+# jax.clear_caches() on each switch, which is correct but throws away every compilation.
+_STATE_NAME = "xlakern_backend_selection"
+_state = None
+try:  # pragma: no branch
+    from jax._src import config as _jax_config
+
+    _state = _jax_config.string_or_object_state(
+        _STATE_NAME,
+        default=None,
+        help="xlakern: process-wide backend choice per platform (set with xlakern.config.set_backend).",
+        include_in_jit_key=True,
+        include_in_trace_context=True,
+    )
+except Exception:  # pragma: no cover - a jax without this internal API
+    _state = None
+
+
+def canonical_platform(platform: str) -> str:
+    """'cpu', 'gpu' or 'tpu' for ``platform`` (accepts 'cuda'/'rocm' for 'gpu')."""
+    if not isinstance(platform, str):
+        raise PlatformError(f"platform must be a string ('cpu', 'gpu' or 'tpu'); got {platform!r}")
+    p = _ALIASES.get(platform.lower(), platform.lower())
+    if p not in PLATFORMS:
+        raise PlatformError(f"unknown platform {platform!r}; use one of {', '.join(PLATFORMS)} "
+                            f"('cuda' is accepted for 'gpu')")
+    return p
+
+
+class PlatformError(XlakernError, ValueError):
+    """A platform name is not one of 'cpu', 'gpu', 'tpu'."""
+
+
+def _publish() -> None:
+    """Push the current selection into jax's cache key (caller holds _lock)."""
+    token = (tuple(sorted(_backends.items())), _generation)
+    if _state is not None:
+        _state._set(token)
+    else:  # pragma: no cover
+        import jax
+
+        jax.clear_caches()
+
+
+def selection_token():
+    """The hashable value that identifies the current process-wide selection."""
+    with _lock:
+        return (tuple(sorted(_backends.items())), _generation)
+
+
+def _bump_generation() -> None:
+    global _generation
+    with _lock:
+        _generation += 1
+        _publish()
+
+
+def set_backend(platform: str, backend: Optional[str]) -> None:
+    """Make ``backend`` the choice on ``platform`` for every op that registered it.
+
+    Precedence, per call: ``op(..., backend=...)``, then this setting, then the op's
+    default (:meth:`XLACustomKernel.set_default`), then the op's first registered kernel.
+    An op without a kernel of this backend for the platform keeps its own default.
+    ``backend=None`` removes the setting.
+
+    Example::
+
+        xlakern.config.set_backend("gpu", "warp")
+        y = jitted_fn(x)          # re-traced: now lowers the Warp kernels
+        xlakern.config.set_backend("gpu", None)
+    """
+    p = canonical_platform(platform)
+    if backend is not None and (not isinstance(backend, str) or not backend):
+        raise XlakernError(f"set_backend: backend must be a backend name such as 'numba' or None; got {backend!r}")
+    with _lock:
+        if backend is None:
+            if p not in _backends:
+                return
+            del _backends[p]
+        else:
+            if _backends.get(p) == backend:
+                return
+            _backends[p] = backend
+        _publish()
+
+
+def get_backend(platform: str) -> Optional[str]:
+    """The process-wide backend for ``platform``, or None.
+
+    Example::
+
+        >>> xlakern.config.get_backend("cpu") is None
+        True
+    """
+    p = canonical_platform(platform)
+    with _lock:
+        return _backends.get(p)
+
+
+def clear_backends() -> None:
+    """Remove every process-wide backend choice.
+
+    Example::
+
+        xlakern.config.clear_backends()
+    """
+    with _lock:
+        if not _backends:
+            return
+        _backends.clear()
+        _publish()
+
+
+def backends() -> dict[str, str]:
+    """A copy of the process-wide choices, platform -> backend.
+
+    Example::
+
+        >>> xlakern.config.backends()
+        {'gpu': 'warp'}
+    """
+    with _lock:
+        return dict(_backends)
