@@ -146,7 +146,7 @@ def test_stdp_trace_100_steps(cpp, rng):
 
 @pytest.mark.usefixtures("on_cpu")
 def test_csr_matvec_matches_dense(cpp, rng):
-    sp = pytest.importorskip("scipy.sparse")
+    import scipy.sparse as sp
 
     def gen(**kwargs):
         return lambda d, i, p, x: cpp.csr_mv(d, i, p, x, outs=kwargs["outs"][0])
@@ -438,15 +438,10 @@ def test_primitive_inside_shard_map_over_4_cpu_devices(rng, tmp_path):
 # ---------------------------------------------------------------- the seeds verbatim (Numba)
 
 
-needs_numba_kernel = pytest.mark.skipif(not hasattr(xlakern, "numba_kernel"),
-                                        reason="xlakern.numba_kernel is not in this build")
-
-
-@needs_numba_kernel
 @pytest.mark.usefixtures("on_cpu")
 def test_seed_numba_exp_trace_and_csr(rng):
-    numba = pytest.importorskip("numba")
-    sp = pytest.importorskip("scipy.sparse")
+    import numba
+    import scipy.sparse as sp
     numba_kernel = xlakern.numba_kernel
 
     def exp_trace_numba_generator(**kwargs):
@@ -508,10 +503,9 @@ def test_seed_numba_exp_trace_and_csr(rng):
     np.testing.assert_allclose(result, dense.astype(np.float64) @ x, rtol=1e-5, atol=1e-6)
 
 
-@needs_numba_kernel
 @pytest.mark.usefixtures("on_cpu")
 def test_seed_numba_scale_with_vmap_and_grad(rng):
-    numba = pytest.importorskip("numba")
+    import numba
 
     @numba.njit
     def scale_numba(x, s, out):
@@ -603,9 +597,8 @@ def test_gpu_vmap_one_launch(cuda_mod, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not hasattr(xlakern, "numba_cuda_kernel"), reason="xlakern.numba_cuda_kernel not in this build")
 def test_seed_numba_cuda_leaky_relu(rng):
-    cuda = pytest.importorskip("numba.cuda")
+    from numba import cuda
     numba_cuda_kernel = xlakern.numba_cuda_kernel
 
     def leaky_relu_numba_cuda_generator(**kwargs):
