@@ -74,7 +74,8 @@ def numba_cuda_launch_config(launch_dims: Any, threads_per_block: int = 256
     """``(grid, block)`` as 3-tuples for ``launch_dims`` total threads per dimension.
 
     1-D: ``threads_per_block`` threads per block; 2-D: 16×16 blocks; 3-D: 8×8×4 blocks. The
-    grid covers every dimension (ceil division), so kernels must bounds-check.
+    grid covers every dimension (ceil division), so kernels must bounds-check. A zero dimension
+    (an empty problem) gives an empty grid: such a call launches nothing and zero-fills its outputs.
 
     Example::
 
@@ -106,7 +107,7 @@ def _launch(grid: Any, block: Any, launch_dims: Any, threads_per_block: int, sha
         if grid is None or block is None:
             raise SpecError(f"numba_cuda_kernel: grid= and block= go together; got only "
                             f"{'grid' if block is None else 'block'}=")
-        g = _dims(grid, "grid", allow_zero=True)
+        g = _dims(grid, "grid", allow_zero=False)
         b = _dims(block, "block", allow_zero=False)
     if b[0] * b[1] * b[2] > _MAX_THREADS_PER_BLOCK:
         raise SpecError(f"numba_cuda_kernel: block {b} has {b[0] * b[1] * b[2]} threads; a CUDA block holds "
