@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "bridge_state.h"
+
 namespace xlakern {
 
 CUfunction CubinKernel::function_for(CUcontext ctx) const {
@@ -38,12 +40,7 @@ CUfunction CubinKernel::function_for(CUcontext ctx) const {
 
 namespace {
 
-struct CubinState {
-  static xla::ffi::TypeId id;
-  std::shared_ptr<const CubinKernel> kernel;
-};
-xla::ffi::TypeId CubinState::id = XLA_FFI_UNKNOWN_TYPE_ID;
-const XLA_FFI_TypeInfo kStateInfo = ffi::MakeTypeInfo<CubinState>();
+using CubinState = BridgeState<CubinKernel>;
 
 using Stream = ffi::PlatformStream<CUstream>;
 
@@ -53,17 +50,7 @@ ffi::Error kernel_error(const CubinKernel& k, const std::string& what) {
 }
 
 ffi::ErrorOr<std::unique_ptr<CubinState>> instantiate(std::string_view key) {
-  auto kernel = std::dynamic_pointer_cast<const CubinKernel>(
-      Registry::instance().find_kernel(std::string(key)));
-  if (!kernel) {
-    return ffi::Unexpected(ffi::Error(
-        ffi::ErrorCode::kNotFound,
-        "xlakern: this program launches Numba CUDA kernel " + std::string(key.substr(0, 16)) +
-            "..., which this process has not compiled. The program was probably compiled by "
-            "another process (JAX's persistent compilation cache); call the numba_cuda_kernel "
-            "wrapper in this process before running it."));
-  }
-  return std::make_unique<CubinState>(CubinState{std::move(kernel)});
+  return instantiate_bridge_state<CubinKernel>(key, "Numba CUDA kernel", "numba_cuda_kernel");
 }
 
 // Loads the module for the stream's context before any execution, so that
@@ -179,6 +166,6 @@ XLA_FFI_Handler* cubin_instantiate() { return kInstantiate; }
 XLA_FFI_Handler* cubin_initialize() { return kInitialize; }
 XLA_FFI_Handler* cubin_execute() { return kExecute; }
 XLA_FFI_TypeId* cubin_state_type_id() { return &CubinState::id; }
-const XLA_FFI_TypeInfo* cubin_state_type_info() { return &kStateInfo; }
+const XLA_FFI_TypeInfo* cubin_state_type_info() { return &CubinState::info; }
 
 }  // namespace xlakern

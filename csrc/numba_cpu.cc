@@ -3,19 +3,14 @@
 #include <mutex>
 #include <string_view>
 
+#include "bridge_state.h"
 #include "python_bridge.h"
 
 namespace xlakern {
 
 namespace {
 
-// The state XLA keeps per custom-call instruction: the kernel, found once.
-struct NumbaCpuState {
-  static xla::ffi::TypeId id;
-  std::shared_ptr<const NumbaCpuKernel> kernel;
-};
-xla::ffi::TypeId NumbaCpuState::id = XLA_FFI_UNKNOWN_TYPE_ID;
-const XLA_FFI_TypeInfo kStateInfo = ffi::MakeTypeInfo<NumbaCpuState>();
+using NumbaCpuState = BridgeState<NumbaCpuKernel>;
 
 std::mutex workqueue_mutex;
 
@@ -25,17 +20,7 @@ ffi::Error kernel_error(const NumbaCpuKernel& k, const std::string& what) {
 }
 
 ffi::ErrorOr<std::unique_ptr<NumbaCpuState>> instantiate(std::string_view key) {
-  auto kernel = std::dynamic_pointer_cast<const NumbaCpuKernel>(
-      Registry::instance().find_kernel(std::string(key)));
-  if (!kernel) {
-    return ffi::Unexpected(ffi::Error(
-        ffi::ErrorCode::kNotFound,
-        "xlakern: this program calls Numba CPU kernel " + std::string(key.substr(0, 16)) +
-            "..., which this process has not compiled. The program was probably compiled by "
-            "another process (JAX's persistent compilation cache); call the numba_kernel "
-            "wrapper in this process before running it."));
-  }
-  return std::make_unique<NumbaCpuState>(NumbaCpuState{std::move(kernel)});
+  return instantiate_bridge_state<NumbaCpuKernel>(key, "Numba CPU kernel", "numba_kernel");
 }
 
 ffi::Error execute(NumbaCpuState* state, std::string_view, ffi::RemainingArgs args,
@@ -98,6 +83,6 @@ XLA_FFI_DEFINE_HANDLER(kExecute, execute,
 XLA_FFI_Handler* numba_cpu_instantiate() { return kInstantiate; }
 XLA_FFI_Handler* numba_cpu_execute() { return kExecute; }
 XLA_FFI_TypeId* numba_cpu_state_type_id() { return &NumbaCpuState::id; }
-const XLA_FFI_TypeInfo* numba_cpu_state_type_info() { return &kStateInfo; }
+const XLA_FFI_TypeInfo* numba_cpu_state_type_info() { return &NumbaCpuState::info; }
 
 }  // namespace xlakern

@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "bridge_state.h"
 #include "cuda_driver.h"
 #include "kernel_args.h"
 #include "python_bridge.h"
@@ -10,29 +11,15 @@ namespace xlakern {
 
 namespace {
 
-struct PythonCallableState {
-  static xla::ffi::TypeId id;
-  std::shared_ptr<const PythonCallable> callable;
-};
-xla::ffi::TypeId PythonCallableState::id = XLA_FFI_UNKNOWN_TYPE_ID;
-const XLA_FFI_TypeInfo kStateInfo = ffi::MakeTypeInfo<PythonCallableState>();
+using PythonCallableState = BridgeState<PythonCallable>;
 
 ffi::ErrorOr<std::unique_ptr<PythonCallableState>> instantiate(std::string_view key) {
-  auto callable = std::dynamic_pointer_cast<const PythonCallable>(
-      Registry::instance().find_kernel(std::string(key)));
-  if (!callable) {
-    return ffi::Unexpected(ffi::Error(
-        ffi::ErrorCode::kNotFound,
-        "xlakern: this program calls Python function " + std::string(key.substr(0, 16)) +
-            "..., which this process has not registered; call the numba_cuda_callable "
-            "wrapper in this process before running it."));
-  }
-  return std::make_unique<PythonCallableState>(PythonCallableState{std::move(callable)});
+  return instantiate_bridge_state<PythonCallable>(key, "Python function", "numba_cuda_callable");
 }
 
 ffi::Error execute(CUstream stream, PythonCallableState* state,
                    std::string_view, ffi::RemainingArgs args, ffi::RemainingRets rets) {
-  const PythonCallable& c = *state->callable;
+  const PythonCallable& c = *state->kernel;
   std::vector<ArgView> views;
   std::string problem = collect_args(args, rets, &views);
   int device = -1;
@@ -81,6 +68,6 @@ XLA_FFI_DEFINE_HANDLER(kExecute, execute,
 XLA_FFI_Handler* python_callable_instantiate() { return kInstantiate; }
 XLA_FFI_Handler* python_callable_execute() { return kExecute; }
 XLA_FFI_TypeId* python_callable_state_type_id() { return &PythonCallableState::id; }
-const XLA_FFI_TypeInfo* python_callable_state_type_info() { return &kStateInfo; }
+const XLA_FFI_TypeInfo* python_callable_state_type_info() { return &PythonCallableState::info; }
 
 }  // namespace xlakern

@@ -108,3 +108,40 @@ def check_aliases(who: str, aliases: Mapping[int, int] | None, n_inputs_hint: in
                 n_inputs_hint is not None and i >= n_inputs_hint):
             raise CallError(f"{who}: input_output_aliases entry {i!r}: {o!r} does not name an input and one of "
                             f"the {len(flat_outs)} output(s)")
+
+
+def count_inputs(fn: Any, n_outputs: int, who: str, trailing: int = 0) -> int | None:
+    """How many inputs ``fn`` takes: its parameters minus the outputs (and ``trailing`` extras,
+    e.g. a stream); None when it takes ``*args``."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_flags & 0x04:
+        return None
+    n = code.co_argcount - n_outputs - trailing
+    if n < 0:
+        extra = f" and {trailing} more" if trailing else ""
+        raise CallError(f"{who}: the function takes {code.co_argcount} parameters, fewer than its {n_outputs} "
+                        f"output(s){extra}; it takes its inputs, then one array per output")
+    return n
+
+
+def signature(who: str, arrays: Sequence[Any], flat_outs: Sequence[Any], supported: frozenset,
+              platform: str, kind: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(dtype names, ranks) of inputs then outputs, checking dtypes and that concrete inputs
+    live on ``platform`` ("cpu" or "gpu")."""
+    import jax
+
+    dtypes, ranks = [], []
+    for role, items in (("input", arrays), ("output", flat_outs)):
+        for i, x in enumerate(items):
+            name = np.dtype(x.dtype).name
+            if name not in supported:
+                raise CallError(f"{who}: {role} {i} has dtype {name}, which {kind} cannot take; "
+                                f"supported: {', '.join(sorted(supported))}")
+            if role == "input" and isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+                platforms = {d.platform for d in x.devices()}
+                if platforms and platforms != {platform}:
+                    raise CallError(f"{who}: input {i} lives on {', '.join(sorted(platforms))}; {kind} take "
+                                    f"{platform.upper()} arrays (jax.device_put(x, jax.devices('{platform}')[0]))")
+            dtypes.append(name)
+            ranks.append(len(x.shape))
+    return tuple(dtypes), tuple(ranks)

@@ -182,12 +182,7 @@ class NumbaKernel:
         self._flat_outs, self._treedef = _bridge.flatten_outs(outs, f"numba_kernel({self.__name__})")
         self.vmap_method = vmap_method
         self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
-        code = kernel.py_func.__code__
-        has_varargs = bool(code.co_flags & 0x04)
-        self._n_inputs = None if has_varargs else code.co_argcount - len(self._flat_outs)
-        if self._n_inputs is not None and self._n_inputs < 0:
-            raise CallError(f"numba_kernel: '{self.__name__}' takes {code.co_argcount} arrays but outs= describes "
-                            f"{len(self._flat_outs)} outputs; a kernel takes its inputs, then one array per output")
+        self._n_inputs = _bridge.count_inputs(kernel.py_func, len(self._flat_outs), f"numba_kernel({self.__name__})")
         _bridge.check_aliases(f"numba_kernel({self.__name__})", self.input_output_aliases, self._n_inputs,
                               self._flat_outs)
         self._entries: dict[tuple, _Cfunc] = {}
@@ -196,29 +191,13 @@ class NumbaKernel:
         return f"<xlakern numba_kernel {self.__name__}: {len(self._flat_outs)} output(s)>"
 
     def __call__(self, *arrays: Any) -> Any:
-        import jax
-
         who = f"numba_kernel({self.__name__})"
         if self._n_inputs is not None and len(arrays) != self._n_inputs:
             raise CallError(f"{who} takes {self._n_inputs} input array(s) (the kernel's "
                             f"{self._n_inputs + len(self._flat_outs)} parameters minus {len(self._flat_outs)} "
                             f"output(s)); got {len(arrays)}")
         arrays = _bridge.as_arrays(who, arrays)
-        dtypes, ranks = [], []
-        for role, items in (("input", arrays), ("output", self._flat_outs)):
-            for i, x in enumerate(items):
-                name = np.dtype(x.dtype).name
-                if name not in NUMBA_CPU_DTYPES:
-                    raise CallError(f"{who}: {role} {i} has dtype {name}, which Numba kernels cannot take; "
-                                    f"supported: {', '.join(sorted(NUMBA_CPU_DTYPES))}")
-                dtypes.append(name)
-                ranks.append(len(x.shape))
-                if role == "input" and isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-                    platforms = {d.platform for d in x.devices()}
-                    if platforms and platforms != {"cpu"}:
-                        raise CallError(f"{who}: input {i} lives on {', '.join(sorted(platforms))}; Numba CPU "
-                                        f"kernels take CPU arrays (jax.device_put(x, jax.devices('cpu')[0]))")
-        spec = (tuple(dtypes), tuple(ranks))
+        spec = _bridge.signature(who, arrays, self._flat_outs, NUMBA_CPU_DTYPES, "cpu", "Numba CPU kernels")
         entry = self._entries.get(spec)
         if entry is None:
             entry = _kernel_entry(self.kernel, spec[0], spec[1], len(arrays))

@@ -248,37 +248,6 @@ def _cuda_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_
 
 # --------------------------------------------------------------------------- shared call checks
 
-def _n_inputs(fn: Any, n_outputs: int, who: str) -> int | None:
-    code = getattr(fn, "__code__", None)
-    if code is None or code.co_flags & 0x04:  # *args: any number
-        return None
-    n = code.co_argcount - n_outputs
-    if n < 0:
-        raise CallError(f"{who} takes {code.co_argcount} arrays but outs= describes {n_outputs} outputs; "
-                        f"the function takes its inputs, then one array per output")
-    return n
-
-
-def _signature(who: str, arrays: Sequence[Any], flat_outs: Sequence[Any]) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    import jax
-
-    dtypes, ranks = [], []
-    for role, items in (("input", arrays), ("output", flat_outs)):
-        for i, x in enumerate(items):
-            name = np.dtype(x.dtype).name
-            if name not in NUMBA_CUDA_DTYPES:
-                raise CallError(f"{who}: {role} {i} has dtype {name}, which Numba CUDA kernels cannot take; "
-                                f"supported: {', '.join(sorted(NUMBA_CUDA_DTYPES))}")
-            if role == "input" and isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-                platforms = {d.platform for d in x.devices()}
-                if platforms and platforms != {"gpu"}:
-                    raise CallError(f"{who}: input {i} lives on {', '.join(sorted(platforms))}; Numba CUDA kernels "
-                                    f"take GPU arrays (jax.device_put(x, jax.devices('gpu')[0]))")
-            dtypes.append(name)
-            ranks.append(len(x.shape))
-    return tuple(dtypes), tuple(ranks)
-
-
 class NumbaCudaKernel:
     """A ``@cuda.jit`` kernel as a function of JAX GPU arrays; made by :func:`numba_cuda_kernel`."""
 
@@ -290,7 +259,7 @@ class NumbaCudaKernel:
         self.vmap_method = vmap_method
         who = f"numba_cuda_kernel({self.__name__})"
         self._flat_outs, self._treedef = _bridge.flatten_outs(outs, who)
-        self._n_inputs = _n_inputs(kernel.py_func, len(self._flat_outs), who)
+        self._n_inputs = _bridge.count_inputs(kernel.py_func, len(self._flat_outs), who)
         self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
         _bridge.check_aliases(who, self.input_output_aliases, self._n_inputs, self._flat_outs)
         self._entries: dict[tuple, _CudaEntry] = {}
@@ -303,7 +272,7 @@ class NumbaCudaKernel:
         if self._n_inputs is not None and len(arrays) != self._n_inputs:
             raise CallError(f"{who} takes {self._n_inputs} input array(s); got {len(arrays)}")
         arrays = _bridge.as_arrays(who, arrays)
-        spec = _signature(who, arrays, self._flat_outs)
+        spec = _bridge.signature(who, arrays, self._flat_outs, NUMBA_CUDA_DTYPES, "gpu", "Numba CUDA kernels")
         entry = self._entries.get(spec)
         if entry is None:
             entry = _cuda_entry(self.kernel, spec[0], spec[1], len(arrays), self.grid, self.block, self.shared_mem)
@@ -413,13 +382,7 @@ class NumbaCudaCallable:
         self.__name__ = getattr(func, "__name__", type(func).__name__)
         who = f"numba_cuda_callable({self.__name__})"
         self._flat_outs, self._treedef = _bridge.flatten_outs(outs, who)
-        code = getattr(func, "__code__", None)
-        self._n_inputs = None
-        if code is not None and not code.co_flags & 0x04:
-            self._n_inputs = code.co_argcount - len(self._flat_outs) - 1  # the last parameter is the stream
-            if self._n_inputs < 0:
-                raise CallError(f"{who}: the function takes {code.co_argcount} parameters; it needs its inputs, "
-                                f"one per output ({len(self._flat_outs)}) and the stream")
+        self._n_inputs = _bridge.count_inputs(func, len(self._flat_outs), who, trailing=1)  # then the stream
         self.vmap_method = vmap_method
         self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
         _bridge.check_aliases(who, self.input_output_aliases, self._n_inputs, self._flat_outs)
@@ -430,7 +393,7 @@ class NumbaCudaCallable:
         if self._n_inputs is not None and len(arrays) != self._n_inputs:
             raise CallError(f"{who} takes {self._n_inputs} input array(s); got {len(arrays)}")
         arrays = _bridge.as_arrays(who, arrays)
-        _signature(who, arrays, self._flat_outs)
+        _bridge.signature(who, arrays, self._flat_outs, NUMBA_CUDA_DTYPES, "gpu", "Numba CUDA kernels")
         key = self._keys.get(len(arrays))
         if key is None:
             key = f"python:{id(self.func):x}:{len(arrays)}"
