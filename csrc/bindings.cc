@@ -139,6 +139,13 @@ NB_MODULE(_runtime, m) {
     return out;
   }, "The runtime's generic FFI targets, their stage handlers and state types.");
 
+  m.def("enable_launch_probe", &xlakern::enable_launch_probe, nb::arg("on"),
+        "Diagnostics: count CUDA-image handler executions and those inside stream capture (resets).");
+  m.def("launch_probe", [] {
+    auto p = xlakern::launch_probe();
+    return nb::make_tuple(p.executions, p.captured);
+  }, "(executions, executions during CUDA-graph capture) since enable_launch_probe.");
+
   m.def("kernel_count", [] { return Registry::instance().kernel_count(); }, "Number of kernels registered with the generic bridge targets.");
 
   m.attr("FFI_API_VERSION") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);

@@ -1,5 +1,6 @@
 #include "cubin_kernel.h"
 
+#include <atomic>
 #include <stdexcept>
 #include <string_view>
 
@@ -39,6 +40,18 @@ CUfunction CubinKernel::function_for(CUcontext ctx) const {
 }
 
 namespace {
+
+std::atomic<bool> probe_on{false};
+std::atomic<int64_t> probe_executions{0};
+std::atomic<int64_t> probe_captured{0};
+
+void record_probe(const CudaDriver& cu, CUstream stream) {
+  probe_executions.fetch_add(1, std::memory_order_relaxed);
+  int status = 0;
+  if (cu.cuStreamIsCapturing(stream, &status) == kCudaSuccess && status == 1) {
+    probe_captured.fetch_add(1, std::memory_order_relaxed);
+  }
+}
 
 using CubinState = BridgeState<CubinKernel>;
 
@@ -83,6 +96,7 @@ ffi::Error execute(CUstream stream, CubinState* state, std::string_view, ffi::Re
 
   try {
     const CudaDriver& cu = cuda_driver();
+    if (probe_on.load(std::memory_order_relaxed)) record_probe(cu, stream);
     const bool empty_launch = k.grid[0] * k.grid[1] * k.grid[2] == 0 ||
                               k.block[0] * k.block[1] * k.block[2] == 0;
     if (empty_launch || plan.count() == 0) {
@@ -161,6 +175,14 @@ XLA_FFI_DEFINE_HANDLER(kExecute, execute,
                        {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace
+
+void enable_launch_probe(bool on) {
+  probe_executions = 0;
+  probe_captured = 0;
+  probe_on = on;
+}
+
+LaunchProbe launch_probe() { return {probe_executions.load(), probe_captured.load()}; }
 
 XLA_FFI_Handler* cubin_instantiate() { return kInstantiate; }
 XLA_FFI_Handler* cubin_initialize() { return kInitialize; }

@@ -44,6 +44,16 @@ struct CubinKernel : Kernel {
   mutable std::vector<std::pair<CUcontext, CUfunction>> loaded_;
 };
 
+// A diagnostic for tests: when enabled, execute counts its calls and how many
+// of them ran while XLA was capturing the stream into a CUDA graph (a graph
+// replay launches the kernel without calling the handler at all).
+struct LaunchProbe {
+  int64_t executions;
+  int64_t captured;
+};
+void enable_launch_probe(bool on);
+LaunchProbe launch_probe();
+
 // Handlers of the "xlakern.cuda_image" target, by XLA execution stage.
 XLA_FFI_Handler* cubin_instantiate();
 XLA_FFI_Handler* cubin_initialize();

@@ -41,6 +41,7 @@ CudaDriver load() {
   bind(lib, "cuFuncSetAttribute", &d.cuFuncSetAttribute);
   bind(lib, "cuLaunchKernel", &d.cuLaunchKernel);
   bind(lib, "cuMemsetD8Async", &d.cuMemsetD8Async);
+  bind(lib, "cuStreamIsCapturing", &d.cuStreamIsCapturing);
   CUresult rc = d.cuInit(0);
   if (rc != kCudaSuccess) throw std::runtime_error(d.describe("cuInit", rc));
   return d;

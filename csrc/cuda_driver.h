@@ -33,6 +33,7 @@ struct CudaDriver {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void**, void**);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuStreamIsCapturing)(CUstream, int*);  // status 1: capture active
 
   // "name failed: CUDA_ERROR_... (text)".
   std::string describe(const char* call, CUresult rc) const;

@@ -754,6 +754,13 @@ def test_empty_arrays(K, rng):
     assert jax.jit(relu)(x).shape == (0,)
     pos, neg = xlakern.numba_cuda_kernel(K.split, outs=[SDS((0,), jnp.float32)] * 2, grid=1, block=32)(x)
     assert pos.shape == (0,) and neg.shape == (0,)
+    # launch_dims=0 (an empty problem): nothing launches, outputs come back empty / zero-filled
+    y0 = xlakern.numba_cuda_kernel(K.elementwise_relu, outs=SDS((0,), jnp.float32), launch_dims=0)(x)
+    assert y0.shape == (0,)
+    w = _dev(rng.standard_normal(5).astype(np.float32) + 10)
+    filled = xlakern.numba_cuda_kernel(K.elementwise_relu, outs=SDS((5,), jnp.float32), launch_dims=0)
+    np.testing.assert_array_equal(filled(w), np.zeros(5, np.float32))
+    np.testing.assert_array_equal(jax.jit(filled)(w), np.zeros(5, np.float32))
     # the GPU keeps working afterwards
     z = _dev(rng.standard_normal(100).astype(np.float32))
     relu100 = xlakern.numba_cuda_kernel(K.elementwise_relu, outs=SDS((100,), jnp.float32), grid=1, block=128)
@@ -992,6 +999,7 @@ def abs_via_two_kernels(x, out, stream):
     sqrt_kernel[blocks, 256, stream](temp, out)
 
 N = 4096
+xlakern._runtime.enable_launch_probe(True)
 decay_fn = xlakern.numba_cuda_kernel(exp_decay_kernel, outs=SDS((N,), jnp.float32), launch_dims=N)
 lif = xlakern.numba_cuda_kernel(lif_update_kernel, outs=[SDS((N,), jnp.float32), SDS((N,), jnp.int32)],
                                 launch_dims=N)
@@ -1043,6 +1051,12 @@ for rep in range(3):  # the first run records the command buffer, later runs rep
     for _ in range(50):
         y = np.abs(y * np.exp(-0.001) - 0.5) + 0.25
     np.testing.assert_allclose(np.asarray(mixed_loop(jnp.asarray(x0))), y, rtol=1e-4, atol=5e-5)
+# 3 x (1000 + 1000 + 50) steps ran correctly, yet the handler ran only while XLA captured the
+# loops into CUDA graphs (and for mixed_loop, whose Python callable keeps its loop out of a graph).
+executions, captured = xlakern._runtime.launch_probe()
+print("probe", executions, captured)
+assert captured > 0, (executions, captured)
+assert executions < 1000, (executions, captured)
 print("OK")
 '''
 
