@@ -30,39 +30,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-# numba-cuda (imported by some BrainEvent paths) still uses np.row_stack, which NumPy 2.5 removed.
-if not hasattr(np, "row_stack"):
-    np.row_stack = np.vstack  # type: ignore[attr-defined]
+# _benchlib restores np.row_stack for numba-cuda and tries `import brainevent` (None if it fails).
+from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, loaded, log, machine_info, print_header,
+                       ratio, run_sections, time_fn, timed_call_cell)
 
 import jax
 
 import xlakern
-
-try:
-    import brainevent  # noqa: F401
-
-    BE_ERROR: str | None = None
-except Exception as _e:  # not installed, or broken
-    brainevent = None  # type: ignore[assignment]
-    if isinstance(_e, ModuleNotFoundError) and _e.name == "brainevent":
-        BE_ERROR = "n/a (brainevent not installed)"
-    else:
-        BE_ERROR = f"n/a (brainevent import failed: {type(_e).__name__}: {_e})"
-
-NA_BE = BE_ERROR or "n/a"
 
 # --------------------------------------------------------------------------------------------
 # Kernel sources (BrainEvent spelling; xlakern accepts it unchanged)
@@ -167,108 +152,6 @@ print("XKBENCH " + json.dumps({"import_s": t1 - t0, "load_s": t3 - t2, "ok": ok}
 """
 
 # --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
-
-
-def fmt_t(sec: float | None) -> str:
-    if sec is None:
-        return "n/a"
-    if sec < 1e-3:
-        return f"{sec * 1e6:.3g} µs" if sec * 1e6 < 100 else f"{sec * 1e6:.0f} µs"
-    if sec < 1:
-        return f"{sec * 1e3:.3g} ms"
-    return f"{sec:.3g} s"
-
-
-def clean(msg: str, limit: int = 160) -> str:
-    msg = " ".join(str(msg).split()).replace("|", "/")
-    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
-
-
-def err_cell(e: BaseException) -> str:
-    return "error: " + clean(f"{type(e).__name__}: {e}")
-
-
-class Table:
-    def __init__(self, key: str, title: str, headers: list[str], note: str = ""):
-        self.key, self.title, self.headers, self.note = key, title, headers, note
-        self.rows: list[list[str]] = []
-        self.data: list[dict[str, Any]] = []
-
-    def add(self, cells: list[str], data: dict[str, Any] | None = None) -> None:
-        self.rows.append([clean(c, 400) for c in cells])
-        self.data.append(data or {})
-
-    def markdown(self) -> str:
-        out = [f"### {self.title}", ""]
-        if self.note:
-            out += [self.note, ""]
-        out.append("| " + " | ".join(self.headers) + " |")
-        out.append("|" + "|".join("---" for _ in self.headers) + "|")
-        out += ["| " + " | ".join(r) + " |" for r in self.rows]
-        return "\n".join(out) + "\n"
-
-    def as_json(self) -> dict[str, Any]:
-        return {"key": self.key, "title": self.title, "note": self.note, "headers": self.headers,
-                "rows": self.rows, "data": self.data}
-
-
-def ratio(num: float | None, den: float | None) -> str:
-    if not num or not den:
-        return ""
-    return f"{num / den:.2f}×"
-
-
-def time_fn(fn: Callable[..., Any], args: tuple, runs: int, warmup: int = 3) -> tuple[float, list[float], Any]:
-    out = None
-    for _ in range(warmup):
-        out = jax.block_until_ready(fn(*args))
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples), samples, out
-
-
-def machine_info() -> dict[str, Any]:
-    cpu_model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count()
-    devs = jax.devices()
-    gpus = [d for d in devs if d.platform == "gpu"]
-    if devs[0].platform != "cpu":
-        devs = devs + jax.devices("cpu")
-    be_version = getattr(brainevent, "__version__", None) if brainevent else None
-    import jaxlib
-
-    return {
-        "cpu_model": cpu_model,
-        "cpu_cores": os.cpu_count(),
-        "cpu_cores_usable": usable,
-        "jax_devices": [f"{d.platform}:{d.device_kind}" for d in devs],
-        "gpu": gpus[0].device_kind if gpus else None,
-        "gpu_count": len(gpus),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "numpy": np.__version__,
-        "xlakern": xlakern.__version__,
-        "brainevent": be_version or BE_ERROR,
-    }
-
-
-# --------------------------------------------------------------------------------------------
 # Section a: cold build and fresh-process cache hit
 # --------------------------------------------------------------------------------------------
 
@@ -359,22 +242,6 @@ def section_a(args, info, tmp_root: str) -> Table:
 # --------------------------------------------------------------------------------------------
 # Sections b and c: timings inside this process
 # --------------------------------------------------------------------------------------------
-
-_LOADED: dict[str, Any] = {}
-
-
-def loaded(key: str, fn: Callable[[], Any]) -> Any:
-    """Load each module once; remember a failure so every cell using it reports the same error."""
-    if key not in _LOADED:
-        try:
-            _LOADED[key] = fn()
-        except Exception as e:  # noqa: BLE001
-            _LOADED[key] = e
-    r = _LOADED[key]
-    if isinstance(r, Exception):
-        raise r
-    return r
-
 
 def ffi(target: str) -> Callable[..., Any]:
     def call(*arrays, **attrs):
@@ -510,16 +377,11 @@ def section_c(args, info) -> Table:
             cells.append(NA_BE)
             data[col] = None
             continue
-        try:
-            f = jax.jit(make())
-            med, samples, out = time_fn(f, (x,), args.runs)
-            if not np.array_equal(np.asarray(out), ref):
-                bad.append(col)
-            cells.append(fmt_t(med))
-            data[col] = {"per_call_s": med, "samples_s": samples}
-        except Exception as e:  # noqa: BLE001
-            cells.append(err_cell(e))
-            data[col] = {"error": cells[-1]}
+        cell, data[col], ok = timed_call_cell(lambda: jax.jit(make()), (x,), args.runs,
+                                              lambda out: np.array_equal(np.asarray(out), ref))
+        cells.append(cell)
+        if ok is False:
+            bad.append(col)
     check = "ok (= NumPy)" if not bad else "MISMATCH: " + ", ".join(bad)
     t.add([f"N={n:,}", *cells, check], {"n": n, **data})
     log(f"  c. N={n}: {' / '.join(cells)}")
@@ -527,10 +389,6 @@ def section_c(args, info) -> Table:
 
 
 # --------------------------------------------------------------------------------------------
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def main() -> int:
@@ -547,52 +405,18 @@ def main() -> int:
 
     t_start = time.perf_counter()
     info = machine_info()
-    gpu_line = "none (JAX sees no GPU)"
-    if info["gpu"]:
-        gpu_line = info["gpu"] + (f" ×{info['gpu_count']}" if info["gpu_count"] > 1 else "")
-    header = [
-        "## xlakern vs BrainEvent: foundation benchmarks",
-        "",
-        f"- CPU: {info['cpu_model']}, {info['cpu_cores']} cores ({info['cpu_cores_usable']} usable)",
-        f"- GPU: {gpu_line}",
-        f"- JAX devices (default backend first): {', '.join(info['jax_devices'])}",
-        f"- Python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, numpy {info['numpy']}",
-        f"- xlakern {info['xlakern']}, brainevent {info['brainevent']}",
-        "",
-    ]
-    print("\n".join(header), flush=True)
+    print_header("xlakern vs BrainEvent: foundation benchmarks", info)
 
-    tables: list[Table] = []
     tmp_root = tempfile.mkdtemp(prefix="xkbench-")
     try:
         steps = [("a", lambda: [section_a(args, info, tmp_root)]),
                  ("b", lambda: section_b(args, info)),
                  ("c", lambda: [section_c(args, info)])]
-        for key, fn in steps:
-            if key not in args.sections:
-                continue
-            t0 = time.perf_counter()
-            try:
-                new = fn()
-            except Exception as e:  # noqa: BLE001 -- a section that breaks outside its cells
-                traceback.print_exc()
-                err = Table(key, f"{key}. (section failed)", ["error"])
-                err.add([err_cell(e)])
-                new = [err]
-            for t in new:
-                print(t.markdown(), flush=True)
-            tables += new
-            log(f"section {key}: {time.perf_counter() - t0:.1f} s")
+        tables = run_sections((key, fn) for key, fn in steps if key in args.sections)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
 
-    total = time.perf_counter() - t_start
-    print(f"_Total run time: {total:.0f} s._", flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"machine": info, "total_s": total,
-                                               "tables": [t.as_json() for t in tables]}, indent=1))
-        log(f"wrote {args.json}")
+    finish(t_start, info, tables, args.json)
     return 0
 
 

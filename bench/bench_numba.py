@@ -42,22 +42,16 @@ loop (exact).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import statistics
 import sys
 import time
-import traceback
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-# numba-cuda (imported by the GPU section and by some BrainEvent paths) still uses np.row_stack,
-# which NumPy 2.5 removed.
-if not hasattr(np, "row_stack"):
-    np.row_stack = np.vstack  # type: ignore[attr-defined]
+# _benchlib restores np.row_stack for numba-cuda (imported by the GPU section and by some
+# BrainEvent paths) and tries `import brainevent` (None if it fails).
+from _benchlib import (MIN_SAMPLES, NA_BE, Table, brainevent, err_cell, finish, fmt_t, loaded, log, machine_info,
+                       print_header, ratio, run_sections, time_fn)
 
 import jax
 import jax.numpy as jnp
@@ -65,18 +59,6 @@ import numba
 
 import xlakern
 
-try:
-    import brainevent  # noqa: F401
-
-    BE_ERROR: str | None = None
-except Exception as _e:  # not installed, or broken
-    brainevent = None  # type: ignore[assignment]
-    if isinstance(_e, ModuleNotFoundError) and _e.name == "brainevent":
-        BE_ERROR = "n/a (brainevent not installed)"
-    else:
-        BE_ERROR = f"n/a (brainevent import failed: {type(_e).__name__}: {_e})"
-
-NA_BE = BE_ERROR or "n/a"
 SDS = jax.ShapeDtypeStruct
 
 CPU_SIZES = [1_000, 100_000, 4_000_000]
@@ -84,7 +66,7 @@ CPU_STEPS = 200
 GPU_SIZES = [10_000, 1_000_000, 16_000_000]
 GPU_STEPS = 100
 EAGER_N = 1_000
-MIN_SAMPLES = 5  # a cell stops early (past --budget seconds) only once it has this many samples
+WARMUP = 2  # untimed calls before a cell's timed runs (the eager section uses 5)
 
 # LIF parameters (tutorial values), float32 as the kernels see them
 TAU_INV = np.float32(1.0 / 20.0)
@@ -206,146 +188,9 @@ void lif(const BE::Tensor V, const BE::Tensor V_th, const BE::Tensor V_rest,
 }
 """
 
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
-
-
-def fmt_t(sec: float | None) -> str:
-    if sec is None:
-        return "n/a"
-    if sec < 1e-3:
-        return f"{sec * 1e6:.3g} µs" if sec * 1e6 < 100 else f"{sec * 1e6:.0f} µs"
-    if sec < 1:
-        return f"{sec * 1e3:.3g} ms"
-    return f"{sec:.3g} s"
-
-
 def fmt_us(sec: float) -> str:
+    """A signed difference in seconds as '+1.23 µs'."""
     return f"{sec * 1e6:+.2f} µs"
-
-
-def clean(msg: str, limit: int = 160) -> str:
-    msg = " ".join(str(msg).split()).replace("|", "/")
-    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
-
-
-def err_cell(e: BaseException) -> str:
-    return "error: " + clean(f"{type(e).__name__}: {e}")
-
-
-class Table:
-    def __init__(self, key: str, title: str, headers: list[str], note: str = ""):
-        self.key, self.title, self.headers, self.note = key, title, headers, note
-        self.rows: list[list[str]] = []
-        self.data: list[dict[str, Any]] = []
-
-    def add(self, cells: list[str], data: dict[str, Any] | None = None) -> None:
-        self.rows.append([clean(c, 400) for c in cells])
-        self.data.append(data or {})
-
-    def markdown(self) -> str:
-        out = [f"### {self.title}", ""]
-        if self.note:
-            out += [self.note, ""]
-        out.append("| " + " | ".join(self.headers) + " |")
-        out.append("|" + "|".join("---" for _ in self.headers) + "|")
-        out += ["| " + " | ".join(r) + " |" for r in self.rows]
-        return "\n".join(out) + "\n"
-
-    def as_json(self) -> dict[str, Any]:
-        return {"key": self.key, "title": self.title, "note": self.note, "headers": self.headers,
-                "rows": self.rows, "data": self.data}
-
-
-def ratio(num: float | None, den: float | None) -> str:
-    if not num or not den:
-        return ""
-    return f"{num / den:.2f}×"
-
-
-def time_fn(fn: Callable[..., Any], args: tuple, runs: int, budget: float,
-            warmup: int = 2) -> tuple[float, list[float], Any]:
-    """Median of up to `runs` timed calls (after `warmup`); stops early past `budget` seconds
-    once it has MIN_SAMPLES samples (or `runs`, if fewer)."""
-    out = None
-    for _ in range(warmup):
-        out = jax.block_until_ready(fn(*args))
-    samples: list[float] = []
-    t_end = time.perf_counter() + budget
-    while len(samples) < runs:
-        t = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        samples.append(time.perf_counter() - t)
-        if len(samples) >= min(runs, MIN_SAMPLES) and time.perf_counter() > t_end:
-            break
-    return statistics.median(samples), samples, out
-
-
-def machine_info() -> dict[str, Any]:
-    cpu_model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count()
-    devs = jax.devices()
-    gpus = [d for d in devs if d.platform == "gpu"]
-    if devs[0].platform != "cpu":
-        devs = devs + jax.devices("cpu")
-    be_version = getattr(brainevent, "__version__", None) if brainevent else None
-    import jaxlib
-
-    try:
-        from importlib.metadata import version
-
-        numba_cuda = version("numba-cuda")
-    except Exception:  # noqa: BLE001
-        numba_cuda = "not installed"
-
-    return {
-        "cpu_model": cpu_model,
-        "cpu_cores": os.cpu_count(),
-        "cpu_cores_usable": usable,
-        "jax_devices": [f"{d.platform}:{d.device_kind}" for d in devs],
-        "gpu": gpus[0].device_kind if gpus else None,
-        "gpu_count": len(gpus),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "numpy": np.__version__,
-        "numba": numba.__version__,
-        "numba_cuda": numba_cuda,
-        "numba_num_threads": numba.config.NUMBA_NUM_THREADS,
-        "xlakern": xlakern.__version__,
-        "brainevent": be_version or BE_ERROR,
-    }
-
-
-_LOADED: dict[str, Any] = {}
-
-
-def loaded(key: str, fn: Callable[[], Any]) -> Any:
-    """Build each module / wrapper once; remember a failure so every cell using it reports the same error."""
-    if key not in _LOADED:
-        try:
-            _LOADED[key] = fn()
-        except Exception as e:  # noqa: BLE001
-            _LOADED[key] = e
-    r = _LOADED[key]
-    if isinstance(r, Exception):
-        raise r
-    return r
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +326,7 @@ def section_cpu(args, info) -> list[Table]:
                 t1 = time.perf_counter()
                 try:
                     f = lif_loop(make(), CPU_STEPS)
-                    med, samples, out = time_fn(f, dev, args.runs, args.budget)
+                    med, samples, out = time_fn(f, dev, args.runs, args.budget, warmup=WARMUP)
                     ok, detail = lif_check(np.asarray(out[0]), np.asarray(out[1]), v_ref, spk_ref)
                     if not ok:
                         bad.append(f"N={n:,}: {detail}")
@@ -708,7 +553,7 @@ def section_gpu(args, info) -> list[Table]:
             t1 = time.perf_counter()
             try:
                 f = gpu_loop(make(), GPU_STEPS)
-                med, samples, out = time_fn(f, args_dev, args.runs, args.budget)
+                med, samples, out = time_fn(f, args_dev, args.runs, args.budget, warmup=WARMUP)
                 v_out, spk_out = np.asarray(out[0]), np.asarray(out[1])
                 n_bad_v = int(np.count_nonzero(v_out != v_ref))
                 n_bad_s = int(np.count_nonzero(spk_out != spk_ref))
@@ -808,6 +653,18 @@ def section_eager(args, info) -> list[Table]:
 SECTIONS = ("cpu", "gpu", "eager")
 
 
+def numba_info() -> dict[str, Any]:
+    """Numba's version, numba-cuda's (or 'not installed') and NUMBA_NUM_THREADS, for machine_info."""
+    try:
+        from importlib.metadata import version
+
+        numba_cuda = version("numba-cuda")
+    except Exception:  # noqa: BLE001
+        numba_cuda = "not installed"
+    return {"numba": numba.__version__, "numba_cuda": numba_cuda,
+            "numba_num_threads": numba.config.NUMBA_NUM_THREADS}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", metavar="PATH", help="also write the tables (and raw samples) as JSON")
@@ -826,48 +683,13 @@ def main() -> int:
         ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
 
     t_start = time.perf_counter()
-    info = machine_info()
-    gpu_line = "none (JAX sees no GPU)"
-    if info["gpu"]:
-        gpu_line = info["gpu"] + (f" ×{info['gpu_count']}" if info["gpu_count"] > 1 else "")
-    header = [
-        "## xlakern vs BrainEvent: Numba kernels from JAX",
-        "",
-        f"- CPU: {info['cpu_model']}, {info['cpu_cores']} cores ({info['cpu_cores_usable']} usable)",
-        f"- GPU: {gpu_line}",
-        f"- JAX devices (default backend first): {', '.join(info['jax_devices'])}",
-        f"- Python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, numpy {info['numpy']}, "
-        f"numba {info['numba']}, numba-cuda {info['numba_cuda']}",
-        f"- xlakern {info['xlakern']}, brainevent {info['brainevent']}",
-        "",
-    ]
-    print("\n".join(header), flush=True)
+    info = machine_info(numba_info())
+    print_header("xlakern vs BrainEvent: Numba kernels from JAX", info,
+                 f", numba {info['numba']}, numba-cuda {info['numba_cuda']}")
 
-    tables: list[Table] = []
     steps = {"cpu": section_cpu, "gpu": section_gpu, "eager": section_eager}
-    for key in SECTIONS:
-        if key not in wanted:
-            continue
-        t0 = time.perf_counter()
-        try:
-            new = steps[key](args, info)
-        except Exception as e:  # noqa: BLE001 -- a section that breaks outside its cells
-            traceback.print_exc()
-            err = Table(key, f"{key}. (section failed)", ["error"])
-            err.add([err_cell(e)])
-            new = [err]
-        for t in new:
-            print(t.markdown(), flush=True)
-        tables += new
-        log(f"section {key}: {time.perf_counter() - t0:.1f} s")
-
-    total = time.perf_counter() - t_start
-    print(f"_Total run time: {total:.0f} s._", flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"machine": info, "total_s": total,
-                                               "tables": [t.as_json() for t in tables]}, indent=1))
-        log(f"wrote {args.json}")
+    tables = run_sections((key, lambda key=key: steps[key](args, info)) for key in SECTIONS if key in wanted)
+    finish(t_start, info, tables, args.json)
     return 0
 
 

@@ -1,0 +1,276 @@
+"""Helpers shared by the benchmark scripts in ``bench/`` (one copy, imported by each script).
+
+The scripts are run as ``python bench/bench_X.py``, so ``bench/`` is ``sys.path[0]`` and they
+import this module as ``from _benchlib import ...``. Importing it:
+
+- restores ``np.row_stack`` where NumPy removed it (numba-cuda, imported by some BrainEvent and
+  GPU paths, still uses it), before jax or brainevent is imported;
+- imports ``jax`` and ``xlakern``, and tries ``brainevent``: ``brainevent`` is the module or
+  None, ``BE_ERROR`` says why it is None, and ``NA_BE`` is the text of a BrainEvent cell that
+  cannot be computed.
+
+What it offers: cell formatting (:func:`fmt_t`, :func:`clean`, :func:`err_cell`,
+:func:`ratio`), the Markdown / JSON :class:`Table`, timing (:func:`time_fn`, a median),
+one timed cell (:func:`timed_call_cell`), module caching (:func:`loaded`), the machine description (:func:`machine_info`,
+:func:`print_header`), and the section loop and run epilogue (:func:`run_sections`,
+:func:`finish`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+# numba-cuda (imported by some BrainEvent paths and by GPU sections) still uses np.row_stack,
+# which NumPy 2.5 removed.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
+
+import jax
+
+import xlakern
+
+try:
+    import brainevent  # noqa: F401
+
+    BE_ERROR: str | None = None
+except Exception as _e:  # not installed, or broken
+    brainevent = None  # type: ignore[assignment]
+    if isinstance(_e, ModuleNotFoundError) and _e.name == "brainevent":
+        BE_ERROR = "n/a (brainevent not installed)"
+    else:
+        BE_ERROR = f"n/a (brainevent import failed: {type(_e).__name__}: {_e})"
+
+NA_BE = BE_ERROR or "n/a"
+
+MIN_SAMPLES = 5  # time_fn with a budget stops early only once it has this many samples
+
+__all__ = [
+    "BE_ERROR", "MIN_SAMPLES", "NA_BE", "Table", "brainevent", "clean", "err_cell", "finish", "fmt_t",
+    "loaded", "log", "machine_info", "print_header", "ratio", "run_sections", "time_fn", "timed_call_cell",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Cells and tables
+# --------------------------------------------------------------------------------------------
+
+
+def fmt_t(sec: float | None) -> str:
+    """A duration in seconds as a short string in µs, ms or s ("n/a" for None)."""
+    if sec is None:
+        return "n/a"
+    if sec < 1e-3:
+        return f"{sec * 1e6:.3g} µs" if sec * 1e6 < 100 else f"{sec * 1e6:.0f} µs"
+    if sec < 1:
+        return f"{sec * 1e3:.3g} ms"
+    return f"{sec:.3g} s"
+
+
+def clean(msg: str, limit: int = 160) -> str:
+    """One line fit for a Markdown cell: whitespace collapsed, '|' replaced, cut to `limit` characters."""
+    msg = " ".join(str(msg).split()).replace("|", "/")
+    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
+
+
+def err_cell(e: BaseException) -> str:
+    """The cell that reports an exception: 'error: Type: message'."""
+    return "error: " + clean(f"{type(e).__name__}: {e}")
+
+
+def ratio(num: float | None, den: float | None) -> str:
+    """num / den as '1.23×', or '' when either is missing or zero."""
+    if not num or not den:
+        return ""
+    return f"{num / den:.2f}×"
+
+
+class Table:
+    """One result table: a title, an optional note, rows of cells, and per-row data for the JSON output."""
+
+    def __init__(self, key: str, title: str, headers: list[str], note: str = ""):
+        """A table named `key` (JSON) with a Markdown `title`, column `headers` and a `note` under the title."""
+        self.key, self.title, self.headers, self.note = key, title, headers, note
+        self.rows: list[list[str]] = []
+        self.data: list[dict[str, Any]] = []
+
+    def add(self, cells: list[str], data: dict[str, Any] | None = None) -> None:
+        """Append a row of cells (each cleaned for Markdown) and its raw data."""
+        self.rows.append([clean(c, 400) for c in cells])
+        self.data.append(data or {})
+
+    def markdown(self) -> str:
+        """The table as a Markdown section: '### title', the note, the pipe table."""
+        out = [f"### {self.title}", ""]
+        if self.note:
+            out += [self.note, ""]
+        out.append("| " + " | ".join(self.headers) + " |")
+        out.append("|" + "|".join("---" for _ in self.headers) + "|")
+        out += ["| " + " | ".join(r) + " |" for r in self.rows]
+        return "\n".join(out) + "\n"
+
+    def as_json(self) -> dict[str, Any]:
+        """The table (cells and raw data) as a JSON-ready dict."""
+        return {"key": self.key, "title": self.title, "note": self.note, "headers": self.headers,
+                "rows": self.rows, "data": self.data}
+
+
+# --------------------------------------------------------------------------------------------
+# Timing and module caching
+# --------------------------------------------------------------------------------------------
+
+
+def time_fn(fn: Callable[..., Any], args: tuple, runs: int, budget: float | None = None,
+            warmup: int = 3) -> tuple[float, list[float], Any]:
+    """Median, samples and last output of `runs` timed calls after `warmup`; a `budget` (s) may stop it early."""
+    # With a budget, timing stops once past `budget` seconds and at least min(runs, MIN_SAMPLES)
+    # samples are in; without one, all `runs` calls are timed.
+    out = None
+    for _ in range(warmup):
+        out = jax.block_until_ready(fn(*args))
+    samples: list[float] = []
+    t_end = None if budget is None else time.perf_counter() + budget
+    while len(samples) < runs:
+        t = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        samples.append(time.perf_counter() - t)
+        if t_end is not None and len(samples) >= min(runs, MIN_SAMPLES) and time.perf_counter() > t_end:
+            break
+    return statistics.median(samples), samples, out
+
+
+def timed_call_cell(make: Callable[[], Callable[..., Any]], args: tuple, runs: int,
+                    matches: Callable[[Any], bool]) -> tuple[str, dict[str, Any], bool | None]:
+    """(cell, data, matched) for f = make() timed per call by time_fn; any exception becomes an error cell."""
+    # matches(out) checks the last output (it may raise to turn the cell into an error);
+    # matched is None when the cell is an error.
+    try:
+        f = make()
+        med, samples, out = time_fn(f, args, runs)
+        ok = matches(out)
+    except Exception as e:  # noqa: BLE001
+        cell = err_cell(e)
+        return cell, {"error": cell}, None
+    return fmt_t(med), {"per_call_s": med, "samples_s": samples}, ok
+
+
+_LOADED: dict[str, Any] = {}
+
+
+def loaded(key: str, fn: Callable[[], Any]) -> Any:
+    """Build / load `key` once with fn(); a failure is remembered, so every cell using it reports the same error."""
+    if key not in _LOADED:
+        try:
+            _LOADED[key] = fn()
+        except Exception as e:  # noqa: BLE001
+            _LOADED[key] = e
+    r = _LOADED[key]
+    if isinstance(r, Exception):
+        raise r
+    return r
+
+
+def log(msg: str) -> None:
+    """A progress line on stderr (stdout carries only the Markdown)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Machine description, section loop, epilogue
+# --------------------------------------------------------------------------------------------
+
+
+def machine_info(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """CPU, GPU, JAX devices and library versions; `extra` entries go after numpy's version."""
+    cpu_model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    devs = jax.devices()
+    gpus = [d for d in devs if d.platform == "gpu"]
+    if devs[0].platform != "cpu":
+        devs = devs + jax.devices("cpu")
+    be_version = getattr(brainevent, "__version__", None) if brainevent else None
+    import jaxlib
+
+    return {
+        "cpu_model": cpu_model,
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": usable,
+        "jax_devices": [f"{d.platform}:{d.device_kind}" for d in devs],
+        "gpu": gpus[0].device_kind if gpus else None,
+        "gpu_count": len(gpus),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "numpy": np.__version__,
+        **(extra or {}),
+        "xlakern": xlakern.__version__,
+        "brainevent": be_version or BE_ERROR,
+    }
+
+
+def print_header(title: str, info: dict[str, Any], extra_versions: str = "") -> None:
+    """Print the '## title' Markdown header and the machine lines from `info` (`extra_versions` ends the Python line)."""
+    gpu_line = "none (JAX sees no GPU)"
+    if info["gpu"]:
+        gpu_line = info["gpu"] + (f" ×{info['gpu_count']}" if info["gpu_count"] > 1 else "")
+    header = [
+        f"## {title}",
+        "",
+        f"- CPU: {info['cpu_model']}, {info['cpu_cores']} cores ({info['cpu_cores_usable']} usable)",
+        f"- GPU: {gpu_line}",
+        f"- JAX devices (default backend first): {', '.join(info['jax_devices'])}",
+        f"- Python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, numpy {info['numpy']}"
+        + extra_versions,
+        f"- xlakern {info['xlakern']}, brainevent {info['brainevent']}",
+        "",
+    ]
+    print("\n".join(header), flush=True)
+
+
+def run_sections(sections: Iterable[tuple[str, Callable[[], list[Table]]]]) -> list[Table]:
+    """Run each (key, fn) section and print its tables; a section that raises becomes an error table."""
+    tables: list[Table] = []
+    for key, fn in sections:
+        t0 = time.perf_counter()
+        try:
+            new = fn()
+        except Exception as e:  # noqa: BLE001 -- a section that breaks outside its cells
+            traceback.print_exc()
+            err = Table(key, f"{key}. (section failed)", ["error"])
+            err.add([err_cell(e)])
+            new = [err]
+        for t in new:
+            print(t.markdown(), flush=True)
+        tables += new
+        log(f"section {key}: {time.perf_counter() - t0:.1f} s")
+    return tables
+
+
+def finish(t_start: float, info: dict[str, Any], tables: list[Table], json_path: str | None) -> None:
+    """Print the total run time and, given `json_path`, write the machine info and tables there as JSON."""
+    total = time.perf_counter() - t_start
+    print(f"_Total run time: {total:.0f} s._", flush=True)
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps({"machine": info, "total_s": total,
+                                               "tables": [t.as_json() for t in tables]}, indent=1))
+        log(f"wrote {json_path}")
