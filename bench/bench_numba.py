@@ -42,6 +42,7 @@ loop (exact).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -291,6 +292,43 @@ def cpu_variants(n: int) -> list[tuple[str, str, bool, Callable[[], Callable[...
     ]
 
 
+_ALONE_DRIVERS: dict[str, Any] = {}
+
+
+def numba_alone_per_step(kernel: Any, host: tuple[np.ndarray, ...], runs: int, budget: float) -> float:
+    """The kernel's own cost per call: called CPU_STEPS times from an @njit loop, no JAX involved.
+
+    Includes what Numba itself pays per call (for a prange kernel, its parallel launch), so the
+    difference to a JAX per-step time is what the bridge adds.
+    """
+    driver = _ALONE_DRIVERS.get(kernel.__name__)
+    if driver is None:
+        @numba.njit
+        def driver(V, I, ti, th, vr, dt, Vo, spikes, steps):  # noqa: E306
+            for _ in range(steps):
+                kernel(V, I, ti, th, vr, dt, Vo, spikes)
+                V, Vo = Vo, V
+            return V
+        _ALONE_DRIVERS[kernel.__name__] = driver
+    V, I, ti, th, vr, dt = (np.array(a) for a in host)
+    Vo, spikes = np.empty_like(V), np.empty(V.shape, np.int32)
+    driver(V.copy(), I, ti, th, vr, dt, Vo, spikes, 2)  # compile + warm up
+    samples = []
+    t_end = time.perf_counter() + budget
+    for _ in range(runs):
+        v = V.copy()
+        t = time.perf_counter()
+        driver(v, I, ti, th, vr, dt, Vo, spikes, CPU_STEPS)
+        samples.append(time.perf_counter() - t)
+        if len(samples) >= MIN_SAMPLES and time.perf_counter() > t_end:
+            break
+    return statistics.median(samples) / CPU_STEPS
+
+
+ALONE_ROWS = [("alone_parallel", "Numba alone: `prange` kernel from an `@njit` loop (no JAX)", "lif_dynamics_kernel"),
+              ("alone_serial", "Numba alone: serial kernel from an `@njit` loop (no JAX)", "lif_dynamics_kernel_serial")]
+
+
 def section_cpu(args, info) -> list[Table]:
     cpu = jax.devices("cpu")[0]
     headers = ["variant", *[f"N={n:,}" for n in CPU_SIZES], "check"]
@@ -337,8 +375,22 @@ def section_cpu(args, info) -> list[Table]:
                     cells.append(err_cell(e))
                     data[str(n)] = {"error": cells[-1]}
                 log(f"  cpu N={n} {key}: {cells[-1]} ({time.perf_counter() - t1:.1f} s)")
+            for key, label, kernel_name in ALONE_ROWS:
+                labels[key] = label
+                row_bad.setdefault(key, [])
+                try:
+                    per = numba_alone_per_step(globals()[kernel_name], host, args.runs, args.budget)
+                    per_step.setdefault(key, {})[n] = per
+                    row_cells.setdefault(key, []).append(fmt_t(per))
+                    row_data.setdefault(key, {})[str(n)] = {"per_step_s": per}
+                except Exception as e:  # noqa: BLE001
+                    row_cells.setdefault(key, []).append(err_cell(e))
+                    row_data.setdefault(key, {})[str(n)] = {"error": row_cells[key][-1]}
+    alone_keys = {key for key, _, _ in ALONE_ROWS}
     for key, cells in row_cells.items():
-        if all(c.startswith(("n/a", "error")) for c in cells):
+        if key in alone_keys:
+            check = "timing only"
+        elif all(c.startswith(("n/a", "error")) for c in cells):
             check = ""
         else:
             check = "ok (≈ NumPy float64)" if not row_bad[key] else "MISMATCH: " + "; ".join(row_bad[key])
@@ -358,7 +410,9 @@ def derived_cpu(per_step: dict[str, dict[int, float]]) -> Table:
               note=("Overhead = a variant's per-step time minus that of the serial C++ kernel (`load_cpp_inline`) "
                     f"at N={n:,}, where the arithmetic is ~1 µs or less; raw per-step numbers are given so the "
                     "reader can judge. For the `prange` kernels the overhead includes Numba's own parallel "
-                    "launch, which the serial kernel does not pay."))
+                    "launch, which the serial kernel does not pay. Bridge overhead = per-step time through JAX "
+                    "minus the same kernel's per-call time when an `@njit` loop calls it directly (Numba alone): "
+                    "what getting from XLA into the kernel costs."))
     at = {k: v.get(n) for k, v in per_step.items()}
     cpp_ser, cpp_par = at.get("xk_cpp_serial"), at.get("xk_cpp_parallel")
 
@@ -389,15 +443,24 @@ def derived_cpu(per_step: dict[str, dict[int, float]]) -> Table:
         t.add(["xlakern `prange` kernel vs C++ `xk::parallel_for`", fmt_t(xp), fmt_us(xp - cpp_par) + " (vs parallel_for)",
                "≤ C++ + 1 µs", "yes" if xp - cpp_par <= 1e-6 else "NO"],
               {"key": "xk_numba_parallel_vs_cpp_parallel", "diff_s": xp - cpp_par})
-    if xp is not None and bp is not None and cpp_ser is not None:
-        xo, bo = xp - cpp_ser, bp - cpp_ser
+    alone = at.get("alone_parallel")
+    for label, key, ref_key in (("xlakern bridge overhead, serial kernel", "xk_numba_serial", "alone_serial"),
+                                ("xlakern bridge overhead, `prange` kernel", "xk_numba_parallel", "alone_parallel"),
+                                ("BrainEvent bridge overhead, `prange` kernel", "be_numba_parallel", "alone_parallel")):
+        v, ref = at.get(key), at.get(ref_key)
+        if v is not None and ref is not None:
+            t.add([label, fmt_t(v), f"{fmt_us(v - ref)} over Numba alone ({fmt_t(ref)})", "", ""],
+                  {"key": f"{key}_bridge_overhead", "per_step_s": v, "alone_s": ref, "overhead_s": v - ref})
+    if xp is not None and bp is not None and alone is not None:
+        xo, bo = xp - alone, bp - alone
         if xo > 0:
             r = f"{bo / xo:.1f}× less overhead than BrainEvent ({fmt_us(bo)} vs {fmt_us(xo)})"
             met = "yes" if bo / xo >= 10 else "NO"
         else:
             r = f"xlakern overhead ≤ 0 (within noise); BrainEvent {fmt_us(bo)}"
             met = "yes" if bo > 0 else "?"
-        t.add(["overhead ratio, `prange` kernel: BrainEvent / xlakern", r, "", "≥ 10×", met],
+        t.add(["bridge overhead ratio, `prange` kernel: BrainEvent / xlakern (both over Numba alone)", r, "",
+               "≥ 10×", met],
               {"key": "overhead_ratio", "xk_overhead_s": xo, "be_overhead_s": bo})
     else:
         t.add(["overhead ratio, `prange` kernel: BrainEvent / xlakern", "n/a", "", "≥ 10×", "n/a"],
@@ -567,8 +630,11 @@ def section_gpu(args, info) -> list[Table]:
                 cells.append(err_cell(e))
                 data[str(n)] = {"error": cells[-1]}
             log(f"  gpu N={n} {key}: {cells[-1]} ({time.perf_counter() - t1:.1f} s)")
+    alone_keys = {key for key, _, _ in ALONE_ROWS}
     for key, cells in row_cells.items():
-        if all(c.startswith(("n/a", "error")) for c in cells):
+        if key in alone_keys:
+            check = "timing only"
+        elif all(c.startswith(("n/a", "error")) for c in cells):
             check = ""
         else:
             check = "ok (= NumPy)" if not row_bad[key] else "MISMATCH: " + "; ".join(row_bad[key])

@@ -113,12 +113,14 @@ NB_MODULE(_runtime, m) {
   "Install the Python function the runtime calls to explain a Numba error (0) or run a callable (1).");
 
   m.def("bridge_targets", [] {
-    // (target name, platform, {stage: handler capsule}, (type name, type id, type info))
+    // (target name, platform, {stage: handler capsule}, (type name, type id, type info),
+    //  command-buffer compatible)
     nb::list out;
     auto add = [&](const char* target, const char* platform, nb::dict stages, const char* type_name,
-                   const void* type_id, const void* type_info) {
+                   const void* type_id, const void* type_info, bool graph_compatible = false) {
       out.append(nb::make_tuple(target, platform, stages,
-                                nb::make_tuple(type_name, capsule(type_id), capsule(type_info))));
+                                nb::make_tuple(type_name, capsule(type_id), capsule(type_info)),
+                                graph_compatible));
     };
     nb::dict cpu;
     cpu["instantiate"] = capsule(reinterpret_cast<void*>(xlakern::numba_cpu_instantiate()));
@@ -130,7 +132,7 @@ NB_MODULE(_runtime, m) {
     cubin["initialize"] = capsule(reinterpret_cast<void*>(xlakern::cubin_initialize()));
     cubin["execute"] = capsule(reinterpret_cast<void*>(xlakern::cubin_execute()));
     add("xlakern.cuda_image", "CUDA", cubin, "xlakern.CubinState", xlakern::cubin_state_type_id(),
-        xlakern::cubin_state_type_info());
+        xlakern::cubin_state_type_info(), /*graph_compatible=*/true);
     nb::dict callable;
     callable["instantiate"] = capsule(reinterpret_cast<void*>(xlakern::python_callable_instantiate()));
     callable["execute"] = capsule(reinterpret_cast<void*>(xlakern::python_callable_execute()));

@@ -34,14 +34,30 @@ def ensure_target(target: str) -> None:
     with _lock:
         if target in _registered:
             return
-        for name, platform, stages, (type_name, type_id, type_info) in _runtime.bridge_targets():
+        for name, platform, stages, (type_name, type_id, type_info), graph_ok in _runtime.bridge_targets():
             if name == target:
                 jax.ffi.register_ffi_type(type_name, {"type_id": type_id, "type_info": type_info},
                                           platform=platform)
-                jax.ffi.register_ffi_target(name, stages, platform=platform)
+                jax.ffi.register_ffi_target(name, stages, platform=platform, **_traits(graph_ok))
                 _registered.add(name)
                 return
         raise AssertionError(f"the runtime has no bridge target {target}")  # pragma: no cover
+
+
+def _traits(graph_compatible: bool) -> dict[str, Any]:
+    """Registration keywords marking a target command-buffer compatible.
+
+    A target registered as a bundle of stage handlers does not report its execute handler's
+    traits to XLA, so they are passed with the registration itself.
+    """
+    if not graph_compatible:
+        return {}
+    try:
+        from jax._src.lib import xla_client
+    except ImportError:  # pragma: no cover - a jax without this module: graphs are an optimisation
+        return {}
+    traits = getattr(xla_client, "CustomCallTargetTraits", None)
+    return {"traits": traits.COMMAND_BUFFER_COMPATIBLE} if traits is not None else {}
 
 
 def registered_targets() -> list[str]:
