@@ -9,6 +9,7 @@
 namespace xlakern {
 
 CUfunction CubinKernel::function_for(CUcontext ctx) const {
+  if (first_ctx_.load(std::memory_order_acquire) == ctx) return first_function_;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& item : loaded_) {
     if (item.first == ctx) return item.second;
@@ -36,6 +37,10 @@ CUfunction CubinKernel::function_for(CUcontext ctx) const {
   cu.cuCtxPopCurrent(&popped);
   if (!problem.empty()) throw std::runtime_error(problem);
   loaded_.emplace_back(ctx, function);
+  if (loaded_.size() == 1) {
+    first_function_ = function;
+    first_ctx_.store(ctx, std::memory_order_release);  // publishes first_function_
+  }
   return function;
 }
 

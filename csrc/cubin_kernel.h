@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -40,6 +41,10 @@ struct CubinKernel : Kernel {
   const unsigned shared_mem;
 
  private:
+  // The first context's function is also published lock-free: launches on one
+  // GPU, the common case, take no lock.
+  mutable std::atomic<CUcontext> first_ctx_{nullptr};
+  mutable CUfunction first_function_ = nullptr;
   mutable std::mutex mutex_;
   mutable std::vector<std::pair<CUcontext, CUfunction>> loaded_;
 };
