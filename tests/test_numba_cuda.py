@@ -1278,3 +1278,33 @@ def test_exception_in_callable_names_function_and_gpu_keeps_working(K, rng):
     np.testing.assert_allclose(abs_fn(x), np.abs(np.asarray(x)), rtol=1e-6)
     relu = xlakern.numba_cuda_kernel(K.elementwise_relu, outs=SDS((N,), jnp.float32), launch_dims=N)
     np.testing.assert_array_equal(relu(x), np.maximum(np.asarray(x), 0))
+
+
+# =================================================================================================
+# GPU: shard_map over every GPU (each shard launches on its own device's context)
+# =================================================================================================
+
+@pytest.mark.gpu
+def test_kernels_and_primitive_inside_shard_map_over_all_gpus(K, rng):
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:
+        from jax.experimental.shard_map import shard_map
+    gpus = jax.devices("gpu")
+    n_dev, per = len(gpus), 2048
+    mesh = jax.sharding.Mesh(np.array(gpus), ("d",))
+    relu = xlakern.numba_cuda_kernel(K.elementwise_relu, outs=SDS((per,), jnp.float32), launch_dims=per)
+    abs_fn = xlakern.numba_cuda_callable(abs_via_two_kernels, outs=SDS((per,), jnp.float32))
+    op = xlakern.XLACustomKernel(f"sharded_relu_{n_dev}_{rng.integers(1 << 30)}")
+    op.def_numba_cuda_kernel(lambda outs: xlakern.numba_cuda_kernel(K.elementwise_relu, outs=outs[0],
+                                                                     launch_dims=outs[0].shape[0]))
+
+    def local(x):
+        return relu(x) + abs_fn(x) + op(x, outs=[SDS(x.shape, x.dtype)])[0]
+
+    xh = rng.standard_normal(n_dev * per).astype(np.float32)
+    x = jax.device_put(xh, NamedSharding(mesh, P("d")))
+    y = jax.jit(shard_map(local, mesh=mesh, in_specs=P("d"), out_specs=P("d")))(x)
+    assert y.sharding.device_set == set(gpus)
+    np.testing.assert_allclose(np.asarray(y), 2 * np.maximum(xh, 0) + np.abs(xh), rtol=1e-6)
