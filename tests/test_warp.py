@@ -132,3 +132,34 @@ def test_warp_vmap_loop_for_a_kernel_that_indexes_one_element(rng):
     out = jax.vmap(lambda x, s: auto(x, s, outs=[SDS(x.shape, x.dtype)])[0])(jnp.asarray(x), jnp.asarray(s))
     np.testing.assert_allclose(out[0], want[0], rtol=1e-6)
     assert not np.allclose(out[1:], want[1:])
+
+
+@needs_warp
+@pytest.mark.gpu
+def test_seed_multi_backend_scale_numba_on_cpu_and_warp_on_gpu(rng):
+    # The seed's op: a Numba CPU backend and a Warp GPU backend; the arrays' platform picks one.
+    import numba
+
+    @numba.njit(parallel=True)
+    def scale_numba(x, s, out):
+        for i in numba.prange(out.size):
+            out[i] = x[i] * s[0]
+
+    def scale_numba_generator(**kwargs):
+        out_info = kwargs["outs"][0]
+        return lambda x, s: xlakern.numba_kernel(scale_numba, outs=out_info)(x, s)
+
+    scale_op = xlakern.XLACustomKernel(unique_name("tutorial_multi_backend_scale_gpu"))
+    scale_op.def_numba_kernel(scale_numba_generator)
+    scale_op.def_warp_kernel(scale_warp_generator)
+    n = 4096
+    xh = rng.standard_normal(n).astype(np.float32)
+    sh = np.array([rng.uniform(1, 4)], np.float32)
+    want = xh.astype(np.float64) * np.float64(sh[0])
+    f = jax.jit(lambda x, s: scale_op(x, s, outs=[SDS((n,), jnp.float32)])[0])
+    for dev in (jax.devices("cpu")[0], jax.devices("gpu")[0]):
+        x, s = jax.device_put(xh, dev), jax.device_put(sh, dev)
+        y = f(x, s)
+        assert y.devices() == {dev}
+        np.testing.assert_allclose(np.asarray(y), want, rtol=1e-6)
+    assert scale_op.generator_calls[("cpu", "numba")] == 1 and scale_op.generator_calls[("gpu", "warp")] == 1
