@@ -32,6 +32,8 @@ test: cpp-test pytest
 
 bench: install
 	$(PY) bench/bench_foundation.py
+	$(PY) bench/bench_numba.py
+	$(PY) bench/bench_primitive.py
 
 clean:
 	rm -rf build $(VENV)

@@ -1,4 +1,5 @@
-"""xlakern demo: a C++ kernel (and, with a GPU, a CUDA kernel) called from jitted JAX code.
+"""xlakern demo: one LIF step written in C++ and in Numba (and, with a GPU, CUDA C++ and Numba
+CUDA), each called from jitted JAX code.
 
 Run with `make demo`. Prints results, checks them against jnp and times each call
 beside the equivalent jnp op.
@@ -11,9 +12,12 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numba
 import numpy as np
 
 import xlakern
+
+A = 0.1  # dt / tau
 
 CPP = r"""
 #include <cmath>
@@ -61,21 +65,38 @@ def per_call_us(fn, *args, repeats=200):
     return statistics.median(times) * 1e6
 
 
-def run(platform: str, mod, n: int) -> None:
+@numba.njit(parallel=True)
+def lif_numba(v, i_ext, v_out):
+    for k in numba.prange(v.size):
+        v_out[k] = v[k] + np.float32(A) * (i_ext[k] - v[k])
+
+
+def lif_numba_cuda():
+    from numba import cuda
+
+    @cuda.jit
+    def lif(v, i_ext, v_out):
+        k = cuda.grid(1)
+        if k < v.size:
+            v_out[k] = v[k] + np.float32(A) * (i_ext[k] - v[k])
+
+    return lif
+
+
+def run(label: str, platform: str, step, n: int) -> None:
     device = jax.devices(platform)[0]
     rng = np.random.default_rng()
     v = jax.device_put(rng.standard_normal(n).astype(np.float32), device)
     i_ext = jax.device_put(rng.standard_normal(n).astype(np.float32), device)
-    a = 0.1
 
-    kernel = jax.jit(lambda v, i: mod.lif_step(v, i, outs=jax.ShapeDtypeStruct(v.shape, v.dtype), dt_over_tau=a))
-    reference = jax.jit(lambda v, i: v + a * (i - v))
+    kernel = jax.jit(step)
+    reference = jax.jit(lambda v, i: v + A * (i - v))
 
     got, want = kernel(v, i_ext), reference(v, i_ext)
     err = float(jnp.max(jnp.abs(got - want)))
-    print(f"[{platform}] v_out[:4] = {np.asarray(got[:4])}   jnp: {np.asarray(want[:4])}   max |diff| = {err:.2e}")
+    print(f"[{label}] v_out[:3] = {np.asarray(got[:3])}   jnp: {np.asarray(want[:3])}   max |diff| = {err:.2e}")
     assert err < 1e-5, "kernel and jnp disagree"
-    print(f"[{platform}] N={n:,}: xlakern {per_call_us(kernel, v, i_ext):8.1f} us/call   "
+    print(f"[{label}] N={n:,}: xlakern {per_call_us(kernel, v, i_ext):8.1f} us/call   "
           f"jnp {per_call_us(reference, v, i_ext):8.1f} us/call   (median of 200 jitted calls)")
 
 
@@ -85,17 +106,24 @@ def main() -> None:
         has_gpu = bool(jax.devices("gpu"))
     except RuntimeError:
         has_gpu = False
-    setups = [("cpu", xlakern.load_cpp_inline, "demo_lif_cpu", CPP, (1_000, 1_000_000))]
+    out = lambda n: jax.ShapeDtypeStruct((n,), jnp.float32)  # noqa: E731
+    t = time.perf_counter()
+    cpp = xlakern.load_cpp_inline("demo_lif_cpu", CPP)
+    print(f"loaded {cpp} in {time.perf_counter() - t:.2f} s (a second run hits the cache)")
+    steps = [("C++", "cpu", lambda n: lambda v, i: cpp.lif_step(v, i, outs=out(n), dt_over_tau=A), (1_000, 1_000_000)),
+             ("Numba", "cpu", lambda n: xlakern.numba_kernel(lif_numba, outs=out(n)), (1_000, 1_000_000))]
     if has_gpu:
-        setups.append(("gpu", xlakern.load_cuda_inline, "demo_lif_cuda", CUDA, (10_000, 10_000_000)))
+        cuda_mod = xlakern.load_cuda_inline("demo_lif_cuda", CUDA)
+        lif_cuda = lif_numba_cuda()
+        steps += [("CUDA C++", "gpu", lambda n: lambda v, i: cuda_mod.lif_step(v, i, outs=out(n), dt_over_tau=A),
+                   (10_000, 10_000_000)),
+                  ("Numba CUDA", "gpu", lambda n: xlakern.numba_cuda_kernel(lif_cuda, outs=out(n), launch_dims=n),
+                   (10_000, 10_000_000))]
     else:
-        print("[gpu] no GPU visible to JAX: skipping the CUDA kernel")
-    for platform, load, name, source, sizes in setups:
-        t = time.perf_counter()
-        mod = load(name, source)
-        print(f"loaded {mod} in {time.perf_counter() - t:.2f} s (a second run hits the cache)")
+        print("[gpu] no GPU visible to JAX: skipping the CUDA and Numba CUDA kernels")
+    for label, platform, make, sizes in steps:
         for n in sizes:
-            run(platform, mod, n)
+            run(label, platform, make(n), n)
     print("demo OK")
 
 

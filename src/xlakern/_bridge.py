@@ -95,22 +95,46 @@ def as_arrays(who: str, arrays: Sequence[Any]) -> list[Any]:
     return out
 
 
-def call(target: str, key: str, arrays: Sequence[Any], flat_outs: list[Any], treedef: Any,
-         vmap_method: str | None, input_output_aliases: Mapping[int, int] | None) -> Any:
-    """One ``jax.ffi.ffi_call`` of a bridge target for the kernel registered under ``key``."""
+_EAGER: dict[tuple, Any] = {}  # jitted single calls, for eager use
+
+
+def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Mapping[str, Any],
+            vmap_method: str | None, input_output_aliases: Mapping[int, int] | None) -> list[Any]:
+    """``jax.ffi.ffi_call(target, flat_outs, ...)(*arrays, **attrs)`` as a list of results.
+
+    Eager calls go through a cached ``jax.jit`` of the single call: JAX's compiled-function fast
+    path dispatches several times faster than binding the primitive eagerly each time. A
+    failure reported by an xlakern handler becomes :class:`KernelError`.
+    """
     import jax
 
-    ensure_target(target)
-    fn = jax.ffi.ffi_call(
-        target, flat_outs, vmap_method=vmap_method,
-        input_output_aliases=dict(input_output_aliases) if input_output_aliases else None)
+    aliases = dict(input_output_aliases) if input_output_aliases else None
+    fn = jax.ffi.ffi_call(target, flat_outs, vmap_method=vmap_method, input_output_aliases=aliases)
+    if any(isinstance(x, jax.core.Tracer) for x in arrays):
+        return list(fn(*arrays, **attrs))
+    # repr, not the value: a NaN attribute must still find its entry.
+    cache_key = (target, tuple((o.shape, o.dtype) for o in flat_outs), vmap_method,
+                 tuple(sorted(aliases.items())) if aliases else None,
+                 tuple(sorted((k, type(v).__name__, repr(v)) for k, v in attrs.items())))
+    jitted = _EAGER.get(cache_key)
+    if jitted is None:
+        jitted = _EAGER.setdefault(cache_key, jax.jit(lambda *a: fn(*a, **attrs)))
     try:
-        results = fn(*arrays, kernel=key)
+        return list(jitted(*arrays))
     except jax.errors.JaxRuntimeError as err:
         if "xlakern" in str(err):
             raise KernelError(str(err)) from err
         raise
-    return jax.tree.unflatten(treedef, list(results))
+
+
+def call(target: str, key: str, arrays: Sequence[Any], flat_outs: list[Any], treedef: Any,
+         vmap_method: str | None, input_output_aliases: Mapping[int, int] | None) -> Any:
+    """One call of a bridge target for the kernel registered under ``key``, shaped like ``outs``."""
+    import jax
+
+    ensure_target(target)
+    results = run_ffi(target, flat_outs, arrays, {"kernel": key}, vmap_method, input_output_aliases)
+    return jax.tree.unflatten(treedef, results)
 
 
 def check_aliases(who: str, aliases: Mapping[int, int] | None, n_inputs_hint: int | None,

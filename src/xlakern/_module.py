@@ -11,9 +11,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _build, _cache, _codegen, _runtime, _toolchain
+from . import _bridge, _build, _cache, _codegen, _runtime, _toolchain
 from ._spec import EntryPoint, Source, resolve_entry_points
-from .errors import CallError, KernelError, RegistrationError, XlakernError
+from .errors import CallError, RegistrationError, XlakernError
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MODULES: dict[str, "CompiledModule"] = {}
@@ -151,18 +151,8 @@ class CompiledFunction:
             raise CallError(f"{self.target}: {'; '.join(parts)}. It takes: "
                             f"{', '.join(f'{n}: {t}' for n, t in declared.items()) or 'no attributes'}")
         values = {n: _coerce_attr(self.target, n, declared[n], v) for n, v in attrs.items()}
-        call = jax.ffi.ffi_call(
-            self.target,
-            [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
-            vmap_method=vmap_method,
-            input_output_aliases=dict(input_output_aliases) if input_output_aliases else None,
-        )
-        try:
-            results = call(*arrays, **values)
-        except jax.errors.JaxRuntimeError as err:
-            if "xlakern kernel" in str(err):
-                raise KernelError(str(err)) from err
-            raise
+        results = _bridge.run_ffi(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
+                                  arrays, values, vmap_method, input_output_aliases)
         return jax.tree.unflatten(treedef, list(results))
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import numpy as np
 
