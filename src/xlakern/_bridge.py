@@ -109,15 +109,19 @@ def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Map
     import jax
 
     aliases = dict(input_output_aliases) if input_output_aliases else None
-    fn = jax.ffi.ffi_call(target, flat_outs, vmap_method=vmap_method, input_output_aliases=aliases)
+
+    def make() -> Any:
+        return jax.ffi.ffi_call(target, flat_outs, vmap_method=vmap_method, input_output_aliases=aliases)
+
     if any(isinstance(x, jax.core.Tracer) for x in arrays):
-        return list(fn(*arrays, **attrs))
+        return list(make()(*arrays, **attrs))
     # repr, not the value: a NaN attribute must still find its entry.
     cache_key = (target, tuple((o.shape, o.dtype) for o in flat_outs), vmap_method,
                  tuple(sorted(aliases.items())) if aliases else None,
                  tuple(sorted((k, type(v).__name__, repr(v)) for k, v in attrs.items())))
     jitted = _EAGER.get(cache_key)
-    if jitted is None:
+    if jitted is None:  # the ffi_call is built only here: a cache hit does no work but the lookup
+        fn = make()
         jitted = _EAGER.setdefault(cache_key, jax.jit(lambda *a: fn(*a, **attrs)))
     try:
         return list(jitted(*arrays))

@@ -16,8 +16,8 @@ import threading
 from typing import Any, Callable
 
 _lock = threading.Lock()
-_rebuilt: dict[int, Any] = {}  # id(dispatcher) -> rebuilt dispatcher (originals kept alive below)
-_keep: list[Any] = []
+# id(dispatcher) -> (dispatcher, its rebuilt twin); holding the original keeps its id unique.
+_rebuilt: dict[int, tuple[Any, Any]] = {}
 
 
 def _imports_inside(code: Any) -> bool:
@@ -89,16 +89,12 @@ def without_body_imports(dispatcher: Any, decorate: Callable[[Any], Any]) -> Any
     if not _imports_inside(fn.__code__):
         return dispatcher
     with _lock:
-        done = _rebuilt.get(id(dispatcher))
-        if done is None:
+        known = _rebuilt.get(id(dispatcher))
+        if known is None:
             try:
                 rebuilt = _rebuild(fn)
-            except Exception:
-                rebuilt = None
-            try:
                 done = dispatcher if rebuilt is None else decorate(rebuilt)
             except Exception:
                 done = dispatcher  # Numba then reports the import itself
-            _rebuilt[id(dispatcher)] = done
-            _keep.append(dispatcher)
-    return done
+            known = _rebuilt[id(dispatcher)] = (dispatcher, done)
+    return known[1]

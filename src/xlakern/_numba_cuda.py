@@ -204,6 +204,7 @@ class _CudaEntry:
     key: str
     name: str
     image: KernelImage
+    kernel: Any  # kept alive: identity keys rely on its id staying unique
 
 
 _ENTRIES: dict[str, _CudaEntry] = {}
@@ -239,9 +240,7 @@ def _cuda_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_
                             f"{type(e).__name__}: {e}") from e
         _runtime.register_cuda_image_kernel(key, kernel.__name__, image.data, image.entry, list(dtypes),
                                             list(ranks), n_inputs, grid, block, shared_mem)
-        # Keep the dispatcher alive: identity keys rely on its id staying unique.
-        entry = _CudaEntry(key, kernel.__name__, image)
-        entry.kernel = kernel  # type: ignore[attr-defined]
+        entry = _CudaEntry(key, kernel.__name__, image, kernel)
         _ENTRIES[key] = entry
     return entry
 
