@@ -23,6 +23,7 @@ from . import _compat  # noqa: F401  (NumPy 2.5 alias numba-cuda needs; see _com
 from .errors import (
     CallError,
     CompilationError,
+    ConfigError,
     KernelError,
     RegistrationError,
     SpecError,
@@ -59,6 +60,7 @@ __all__ = [
     "RegistrationError",
     "KernelError",
     "CallError",
+    "ConfigError",
     "CompiledModule",
     "CompiledFunction",
     "load_cpp_inline",

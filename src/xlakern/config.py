@@ -17,9 +17,10 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from .errors import XlakernError
+from .errors import ConfigError, XlakernError
 
-__all__ = ["set_backend", "get_backend", "clear_backends", "backends", "PLATFORMS"]
+__all__ = ["set_backend", "get_backend", "clear_backends", "backends", "PLATFORMS",
+           "enable_cuda_graph_loops", "cuda_graph_loop_flags"]
 
 # Platforms an op can have kernels for. 'gpu' covers CUDA (and ROCm, should jax report it).
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -158,3 +159,73 @@ def backends() -> dict[str, str]:
     """
     with _lock:
         return dict(_backends)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole jitted loops as CUDA graphs
+# ---------------------------------------------------------------------------------------------
+
+# What each flag does (measured on an H100, jax 0.11.2; bench/bench_loops.py, bench/RESULTS.md):
+# - WHILE/CONDITIONAL let a loop live inside a command buffer (a CUDA graph);
+# - min_graph_size=1 makes XLA build command buffers even for a body of one or two ops (the
+#   default, 5, leaves small loop bodies as separate launches, with the host in the loop);
+# - unroll_loops turns a loop of known trip count (fori_loop with static bounds, scan) into one
+#   graph of its unrolled body: no host round trip per step;
+# - CONCURRENT scheduling lets independent nodes of a step (the loop counter, a kernel) overlap
+#   instead of chaining every node: about 1 µs less per step.
+_GRAPH_LOOP_FLAGS = (
+    "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL",
+    "--xla_gpu_graph_min_graph_size=1",
+    "--xla_gpu_command_buffer_unroll_loops=true",
+    "--xla_gpu_command_buffer_scheduling_mode=CONCURRENT",
+)
+
+
+def cuda_graph_loop_flags() -> str:
+    """The ``XLA_FLAGS`` that make XLA run whole jitted GPU loops as CUDA graphs.
+
+    Example::
+
+        $ XLA_FLAGS="$(python -c 'import xlakern; print(xlakern.config.cuda_graph_loop_flags())')" python sim.py
+    """
+    return " ".join(_GRAPH_LOOP_FLAGS)
+
+
+def _backends_started() -> bool:
+    from ._compat import jax_backends_started
+
+    return jax_backends_started()
+
+
+def enable_cuda_graph_loops() -> None:
+    """Run jitted GPU loops (``fori_loop``, ``scan``, ``while_loop``) as CUDA graphs on the device.
+
+    Adds :func:`cuda_graph_loop_flags` to ``XLA_FLAGS``. XLA reads them once, when JAX starts its
+    backends, so call this before the first JAX computation (``jax.devices()`` included);
+    afterwards it raises :class:`ConfigError`. xlakern's CUDA kernels (``load_cuda_*`` modules
+    built with ``allow_cuda_graph=True``, the default, and ``numba_cuda_kernel``) are recorded
+    into the graph; ``numba_cuda_callable`` and other host-side calls split it.
+    A loop of known trip count is unrolled into one graph (about 2 µs a small step on an H100
+    instead of about 8-9 µs); a ``while_loop`` whose end depends on data runs as a graph with a
+    device-side condition (about 6.5 µs a step instead of about 20 µs). Loop-carried state updated by a kernel should be aliased
+    (``input_output_aliases={i: o}``), or XLA copies the output into the carry every step.
+
+    Example::
+
+        import xlakern
+        xlakern.config.enable_cuda_graph_loops()   # first thing, before jax runs anything
+        import jax
+        v = jax.jit(lambda v: jax.lax.fori_loop(0, 10_000, lambda i, v: step(v), v))(v0)
+    """
+    if _backends_started():
+        raise ConfigError(
+            "enable_cuda_graph_loops() must be called before JAX starts its backends (before the first "
+            "JAX computation or jax.devices()); XLA reads its flags only then. Call it at the top of your "
+            "program, or set XLA_FLAGS=\"" + cuda_graph_loop_flags() + "\" in the environment")
+    import os
+
+    current = os.environ.get("XLA_FLAGS", "")
+    names = {f.split("=")[0] for f in _GRAPH_LOOP_FLAGS}
+    kept = [f for f in current.split() if f.split("=")[0] not in names]
+    os.environ["XLA_FLAGS"] = " ".join(kept + list(_GRAPH_LOOP_FLAGS))
+

@@ -42,6 +42,10 @@ class CallError(XlakernError, TypeError):
     """A compiled function was called with the wrong arrays, outputs or attributes."""
 
 
+class ConfigError(XlakernError, RuntimeError):
+    """A setting was changed at a time it can no longer take effect (e.g. XLA flags after JAX started)."""
+
+
 __all__ = [
     "XlakernError",
     "SpecError",
@@ -50,4 +54,5 @@ __all__ = [
     "RegistrationError",
     "KernelError",
     "CallError",
+    "ConfigError",
 ]
