@@ -44,6 +44,7 @@ from ._module import (
     load_cuda_inline,
 )
 from ._diagnostics import print_diagnostics
+from ._dropin import install_as_brainevent
 from ._numba_cpu import numba_kernel, numba_kernel_cache_info
 from ._numba_cuda import numba_cuda_callable, numba_cuda_kernel, numba_cuda_launch_config
 # Custom primitives (XLACustomKernel), backend config and Warp helpers.
@@ -74,6 +75,7 @@ __all__ = [
     "set_cache_dir",
     "include_dir",
     "print_diagnostics",
+    "install_as_brainevent",
     "numba_kernel",
     "numba_kernel_cache_info",
     "numba_cuda_kernel",
