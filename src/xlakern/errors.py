@@ -42,6 +42,10 @@ class CallError(XlakernError, TypeError):
     """A compiled function was called with the wrong arrays, outputs or attributes."""
 
 
+class CacheError(XlakernError):
+    """The build cache cannot be trusted: a path in it is another user's or writable by others."""
+
+
 __all__ = [
     "XlakernError",
     "SpecError",
@@ -50,4 +54,5 @@ __all__ = [
     "RegistrationError",
     "KernelError",
     "CallError",
+    "CacheError",
 ]
