@@ -37,9 +37,15 @@ void scale(const xk::Tensor x, xk::Tensor out, float k) {
 """
 
 
-def run_python(code: str, *, env: dict | None = None, cwd: str | None = None, timeout: int = 300):
-    """Run ``code`` in a fresh interpreter (same cache dir as this process unless ``env`` says)."""
+def run_python(code: str, *, env: dict | None = None, cwd: str | None = None, timeout: int = 300,
+               cpu_only: bool = True):
+    """Run ``code`` in a fresh interpreter (same cache dir as this process unless ``env`` says).
+
+    ``cpu_only``: JAX sees only the CPU, so the CPU kernels get CPU arrays on a GPU machine too.
+    """
     full_env = dict(os.environ, **(env or {}))
+    if cpu_only:
+        full_env["JAX_PLATFORMS"] = "cpu"
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=timeout)
 
@@ -102,7 +108,7 @@ def test_first_jax_call_is_a_jit_of_a_numba_cuda_kernel(rng):
         y = jax.jit(f)(x)                       # the first JAX call of the process, on the GPU
         z = f(jax.device_put(x + 1, jax.devices("gpu")[0]))
         print(json.dumps([np.asarray(y).tolist(), np.asarray(z).tolist()]))
-    """))
+    """, cpu_only=False))
     y, z = (np.array(v) for v in json.loads(out.strip().splitlines()[-1]))
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(y, 2 * x64 + 1, rtol=1e-6, atol=1e-6)
