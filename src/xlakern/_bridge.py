@@ -32,7 +32,7 @@ _registered: set[str] = set()
 _registered_types: set[str] = set()
 
 
-def _start_backend(platform: str) -> None:
+def start_backend(platform: str) -> None:
     """Initialise jax's backend for ``platform`` ("cpu" or "CUDA") before registering with it.
 
     Registrations made before a backend exists are queued by jaxlib and replayed when it
@@ -65,7 +65,7 @@ def register_targets(platform: str, targets: Sequence[tuple[str, Any, Mapping[st
 
     with _lock:
         try:
-            _start_backend(platform)
+            start_backend(platform)
         except Exception as exc:
             raise RegistrationError(f"cannot start jax's {platform} backend to register FFI targets: "
                                     f"{exc}") from exc

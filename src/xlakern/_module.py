@@ -240,6 +240,12 @@ def _register(name: str, key: str, lib: "_cache.VerifiedLibrary", platform: str,
         _runtime.forget(name)  # XLA has seen nothing of it yet
         raise RegistrationError(f"module '{name}' cannot be registered: {exc}. Delete the build with "
                                 f"xlakern.clear_cache({name!r}) and load again") from None
+    try:
+        _bridge.start_backend(xla_platform)  # a backend that cannot start fails here, before XLA sees anything
+    except Exception as exc:
+        _runtime.forget(name)
+        raise RegistrationError(f"cannot start jax's {xla_platform} backend to register module '{name}': "
+                                f"{exc}") from exc
     _runtime.pin(name)
     accepted: list[str] = []
     try:
