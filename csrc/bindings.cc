@@ -45,10 +45,11 @@ NB_MODULE(_runtime, m) {
   nb::exception<xlakern::ModuleConflict>(m, "ModuleConflict");
 
   m.def("open_module", [](const std::string& name, const std::string& key,
-                          const std::string& path, const std::string& platform) {
-    return Registry::instance().open_module(name, key, path, platform);
-  }, nb::arg("name"), nb::arg("key"), nb::arg("path"), nb::arg("platform"),
-  "Load a kernel library as module `name`; False if already loaded with the same key.");
+                          const std::string& path, const std::string& platform, int fd) {
+    return Registry::instance().open_module(name, key, path, platform, fd);
+  }, nb::arg("name"), nb::arg("key"), nb::arg("path"), nb::arg("platform"), nb::arg("fd") = -1,
+  "Load a kernel library as module `name` (from the file open on `fd` when given, `path` naming "
+  "it); False if already loaded with the same key.");
 
   m.def("handler_capsule", [](const std::string& name, const std::string& symbol) {
     void* address = Registry::instance().symbol(name, symbol);
@@ -56,9 +57,13 @@ NB_MODULE(_runtime, m) {
   }, nb::arg("name"), nb::arg("symbol"),
   "A PyCapsule holding the address of an exported FFI handler, for jax.ffi.register_ffi_target.");
 
-  m.def("add_targets", [](const std::string& name, const std::vector<std::string>& targets) {
-    Registry::instance().add_targets(name, targets);
-  });
+  m.def("pin", [](const std::string& name) { Registry::instance().pin(name); },
+        nb::arg("name"), "Mark module `name` as seen by XLA: it is never unloaded from then on.");
+  m.def("add_targets", [](const std::string& name, const std::vector<std::string>& targets,
+                          bool complete) {
+    Registry::instance().add_targets(name, targets, complete);
+  }, nb::arg("name"), nb::arg("targets"), nb::arg("complete"),
+  "Record the targets XLA accepted for module `name`, and whether they are all of them.");
   m.def("forget", [](const std::string& name) { Registry::instance().forget(name); });
 
   m.def("modules", [] {

@@ -11,15 +11,21 @@ Registry& Registry::instance() {
 }
 
 bool Registry::open_module(const std::string& name, const std::string& key,
-                           const std::string& path, const std::string& platform) {
+                           const std::string& path, const std::string& platform, int fd) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = modules_.find(name);
   if (it != modules_.end()) {
+    if (it->second.pinned && !it->second.complete) {
+      throw ModuleConflict("module '" + name + "' failed part-way through an earlier registration " +
+                           "with XLA; its library stays loaded for the targets XLA accepted (" +
+                           std::to_string(it->second.targets.size()) + ") and cannot be registered again");
+    }
     if (it->second.key == key && it->second.platform == platform) return false;
     throw ModuleConflict("module '" + name + "' is already registered from other content (key " +
                          it->second.key.substr(0, 12) + ", new key " + key.substr(0, 12) + ")");
   }
-  auto library = std::make_shared<SharedLibrary>(path);
+  auto library = fd >= 0 ? std::make_shared<SharedLibrary>(fd, path)
+                         : std::make_shared<SharedLibrary>(path);
   using AbiFn = int (*)();
   auto abi = reinterpret_cast<AbiFn>(library->find("xk_glue_abi_version"));
   if (abi == nullptr) {
@@ -41,16 +47,30 @@ void* Registry::symbol(const std::string& name, const std::string& symbol) const
   return address;
 }
 
-void Registry::add_targets(const std::string& name, const std::vector<std::string>& targets) {
+void Registry::pin(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = modules_.find(name);
+  if (it == modules_.end()) throw std::runtime_error("module '" + name + "' is not loaded");
+  it->second.pinned = true;
+}
+
+void Registry::add_targets(const std::string& name, const std::vector<std::string>& targets,
+                           bool complete) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = modules_.find(name);
   if (it == modules_.end()) throw std::runtime_error("module '" + name + "' is not loaded");
   it->second.targets.insert(it->second.targets.end(), targets.begin(), targets.end());
+  it->second.complete = complete;
 }
 
 void Registry::forget(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
-  modules_.erase(name);
+  auto it = modules_.find(name);
+  if (it == modules_.end()) return;
+  if (it->second.pinned) {
+    throw std::runtime_error("module '" + name + "' was handed to XLA and cannot be unloaded");
+  }
+  modules_.erase(it);
 }
 
 std::vector<ModuleRecord> Registry::modules() const {

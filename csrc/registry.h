@@ -26,6 +26,12 @@ struct ModuleRecord {
   std::string platform;  // "cpu" or "CUDA"
   std::shared_ptr<SharedLibrary> library;
   std::vector<std::string> targets;  // FFI target names registered with XLA
+  // XLA may hold pointers into the library: it is never unloaded from then on.
+  bool pinned = false;
+  // Every target of the module was registered. A pinned module that is not
+  // complete had its registration fail part-way; it stays loaded for the
+  // targets XLA accepted, and is never registered again.
+  bool complete = false;
 };
 
 // A kernel run by one of the runtime's generic handlers (numba_cpu.h,
@@ -50,15 +56,23 @@ class Registry {
  public:
   static Registry& instance();
 
-  // Loads the library at `path` as module `name` built from `key`. Returns
-  // false (and loads nothing) when the same name and key are already there;
-  // throws ModuleConflict when the name is taken by another key.
+  // Loads the library at `path` (or, when `fd` is not -1, the file open on
+  // `fd`, which `path` then only names) as module `name` built from `key`.
+  // Returns false (and loads nothing) when the same name and key are already
+  // there; throws ModuleConflict when the name is taken by another key or by
+  // a module whose registration failed part-way.
   bool open_module(const std::string& name, const std::string& key,
-                   const std::string& path, const std::string& platform);
+                   const std::string& path, const std::string& platform, int fd = -1);
   // Address of an exported symbol of a loaded module (throws if missing).
   void* symbol(const std::string& name, const std::string& symbol) const;
-  void add_targets(const std::string& name, const std::vector<std::string>& targets);
-  // Drops a module whose registration with XLA failed, so a retry can load it.
+  // Marks the module as seen by XLA (call before handing it any handler):
+  // from then on it is never unloaded.
+  void pin(const std::string& name);
+  // Records the targets XLA accepted, and whether they are all of them.
+  void add_targets(const std::string& name, const std::vector<std::string>& targets,
+                   bool complete);
+  // Drops a module that XLA never saw, so a retry can load it again. Throws
+  // for a pinned module: unloading it could leave XLA with dangling handlers.
   void forget(const std::string& name);
   std::vector<ModuleRecord> modules() const;
 

@@ -24,6 +24,51 @@ class Error : public std::runtime_error {
 
 namespace detail {
 
+// `text` with every byte that does not belong to a well-formed UTF-8 sequence
+// written as \xNN. Messages travel to Python as str, which must be valid
+// UTF-8: a raw byte streamed into a check (`<< (uint8_t)200`) would otherwise
+// replace the whole message, kernel name included, by a decoding error.
+inline std::string utf8_safe(const std::string& text) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b = static_cast<unsigned char>(text[i]);
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (b < 0x80) {
+      len = 1;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+      len = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3;
+      if (b == 0xE0) lo = 0xA0;  // overlong
+      if (b == 0xED) hi = 0x9F;  // UTF-16 surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4;
+      if (b == 0xF0) lo = 0x90;  // overlong
+      if (b == 0xF4) hi = 0x8F;  // beyond U+10FFFF
+    }
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k) {
+      const unsigned char c = static_cast<unsigned char>(text[i + k]);
+      ok = k == 1 ? (c >= lo && c <= hi) : (c >= 0x80 && c <= 0xBF);
+    }
+    if (ok) {
+      out.append(text, i, len);
+      i += len;
+    } else {
+      out += "\\x";
+      out += hex[b >> 4];
+      out += hex[b & 0xF];
+      i += 1;
+    }
+  }
+  return out;
+}
+
 // Collects the streamed message of a failing check.
 class CheckMessage {
  public:

@@ -96,7 +96,7 @@ ffi::Error guarded_call(const char* kernel, F&& body) {
     return ffi::Error::Success();
   } catch (const std::exception& e) {
     return ffi::Error(ffi::ErrorCode::kInternal,
-                      std::string("xlakern kernel '") + kernel + "' failed: " + e.what());
+                      utf8_safe(std::string("xlakern kernel '") + kernel + "' failed: " + e.what()));
   } catch (...) {
     return ffi::Error(ffi::ErrorCode::kInternal,
                       std::string("xlakern kernel '") + kernel +

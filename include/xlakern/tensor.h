@@ -41,15 +41,17 @@ class Tensor {
     return static_cast<T*>(data_);
   }
   // Typed pointer; on the host it checks that T matches the element type.
+  // A const Tensor (how entry points take their inputs) gives read-only
+  // elements; a non-const one (an output) gives writable ones.
   template <typename T>
-  XK_HOST_DEVICE T* data() const {
-#if !XK_DEVICE_PASS
-    XK_CHECK(dtype_of<T>() != DType::Invalid && dtype_of<T>() == dtype_)
-        << "Tensor::data<" << dtype_name(dtype_of<T>()) << ">() called on a "
-        << dtype_name(dtype_) << " tensor; use the matching C++ type, dispatch on dtype(), "
-        << "or data_ptr<T>() for an unchecked cast";
-#endif
+  XK_HOST_DEVICE T* data() {
+    check_element_type<T>();
     return static_cast<T*>(data_);
+  }
+  template <typename T>
+  XK_HOST_DEVICE const T* data() const {
+    check_element_type<T>();
+    return static_cast<const T*>(data_);
   }
 
   // -- shape ---------------------------------------------------------------
@@ -77,6 +79,16 @@ class Tensor {
   }
 
  private:
+  template <typename T>
+  XK_HOST_DEVICE void check_element_type() const {
+#if !XK_DEVICE_PASS
+    XK_CHECK(dtype_of<T>() != DType::Invalid && dtype_of<T>() == dtype_)
+        << "Tensor::data<" << dtype_name(dtype_of<T>()) << ">() called on a "
+        << dtype_name(dtype_) << " tensor; use the matching C++ type, dispatch on dtype(), "
+        << "or data_ptr<T>() for an unchecked cast";
+#endif
+  }
+
   XK_HOST_DEVICE int axis(int i) const {
     int a = i < 0 ? i + ndim_ : i;
 #if !XK_DEVICE_PASS

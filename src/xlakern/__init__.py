@@ -21,6 +21,7 @@ Seed code written for BrainEvent runs with ``import xlakern as brainevent``.
 from ._version import __version__
 from . import _compat  # noqa: F401  (NumPy 2.5 alias numba-cuda needs; see _compat)
 from .errors import (
+    CacheError,
     CallError,
     CompilationError,
     ConfigError,
@@ -62,6 +63,7 @@ __all__ = [
     "KernelError",
     "CallError",
     "ConfigError",
+    "CacheError",
     "CompiledModule",
     "CompiledFunction",
     "load_cpp_inline",

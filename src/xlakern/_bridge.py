@@ -9,37 +9,99 @@ therefore never registers a new FFI target.
 
 from __future__ import annotations
 
+import collections
+import inspect
+import os
+import re
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from . import _runtime
-from .errors import CallError, KernelError
+from .errors import CallError, KernelError, RegistrationError
 
 NUMBA_CPU_TARGET = "xlakern.numba_cpu"
 CUDA_IMAGE_TARGET = "xlakern.cuda_image"
 PYTHON_CALLABLE_TARGET = "xlakern.python_callable"
+# Target names under this prefix belong to the runtime's generic targets.
+RESERVED_PREFIX = "xlakern."
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _registered: set[str] = set()
+_registered_types: set[str] = set()
+
+
+def start_backend(platform: str) -> None:
+    """Initialise jax's backend for ``platform`` ("cpu" or "CUDA") before registering with it.
+
+    Registrations made before a backend exists are queued by jaxlib and replayed when it
+    starts: targets before types, so a target whose state type was queued fails, and the failure
+    surfaces later as "Unable to initialize backend". Registering with a running backend happens
+    at once, and its errors reach the caller.
+    """
+    import jax
+
+    try:
+        jax.devices("cpu" if platform == "cpu" else "gpu")
+    except RuntimeError:
+        if platform == "cpu":
+            raise
+        # No GPU backend in this process: the queued registration is never replayed, and the
+        # target can never be called, so queueing it is harmless.
+
+
+def register_targets(platform: str, targets: Sequence[tuple[str, Any, Mapping[str, Any]]],
+                     types: Sequence[tuple[str, Mapping[str, Any]]] = (),
+                     accepted: Callable[[str], None] | None = None) -> None:
+    """Register FFI ``types`` then ``targets`` [(name, handler(s), keywords)] with XLA.
+
+    The one place xlakern hands handlers to XLA, for modules and the generic targets alike.
+    The backend is started first, so a failure raises here; ``accepted(name)`` is called for
+    each target XLA took, so the caller can record exactly what XLA may hold. Any failure
+    becomes :class:`RegistrationError` naming the target.
+    """
+    import jax
+
+    with _lock:
+        try:
+            start_backend(platform)
+        except Exception as exc:
+            raise RegistrationError(f"cannot start jax's {platform} backend to register FFI targets: "
+                                    f"{exc}") from exc
+        for type_name, type_spec in types:
+            if type_name in _registered_types:
+                continue
+            try:
+                jax.ffi.register_ffi_type(type_name, dict(type_spec), platform=platform)
+            except Exception as exc:
+                raise RegistrationError(f"registering the FFI type {type_name} with XLA failed: {exc}") from exc
+            _registered_types.add(type_name)
+        for name, handler, keywords in targets:
+            try:
+                jax.ffi.register_ffi_target(name, handler, platform=platform, **keywords)
+            except Exception as exc:
+                raise RegistrationError(f"registering the FFI target {name} with XLA failed: {exc}") from exc
+            if accepted is not None:
+                accepted(name)
 
 
 def ensure_target(target: str) -> None:
-    """Register ``target`` and its state type with XLA, once per process."""
+    """Register ``target`` and its state type with XLA, once per process.
+
+    A target is marked registered only once XLA accepted it, so a failure is reported again
+    on the next call rather than leaving a target that was never there.
+    """
     if target in _registered:
         return
-    import jax
-
     with _lock:
         if target in _registered:
             return
         for name, platform, stages, (type_name, type_id, type_info), graph_ok in _runtime.bridge_targets():
             if name == target:
-                jax.ffi.register_ffi_type(type_name, {"type_id": type_id, "type_info": type_info},
-                                          platform=platform)
-                jax.ffi.register_ffi_target(name, stages, platform=platform, **_traits(graph_ok))
-                _registered.add(name)
+                register_targets(platform, [(name, stages, _traits(graph_ok))],
+                                 types=[(type_name, {"type_id": type_id, "type_info": type_info})],
+                                 accepted=_registered.add)
                 return
         raise AssertionError(f"the runtime has no bridge target {target}")  # pragma: no cover
 
@@ -61,7 +123,27 @@ def _traits(graph_compatible: bool) -> dict[str, Any]:
 
 
 def registered_targets() -> list[str]:
-    return sorted(_registered)
+    """Every FFI target xlakern handed to XLA in this process: modules' and generic ones."""
+    modules = [t for (_, _, _, _, targets) in _runtime.modules() for t in targets]
+    return sorted(modules + list(_registered))
+
+
+# Largest element count and byte size XLA can address (int64).
+_INT64_MAX = 2**63 - 1
+
+
+def check_size(who: str, role: str, i: int, shape: Sequence[int], dtype: Any) -> None:
+    """Refuse a shape whose element count or byte size does not fit in int64.
+
+    XLA computes both in int64 and aborts the process on overflow, so it must never see one.
+    """
+    count = 1
+    for d in shape:
+        count *= int(d)
+    nbytes = count * np.dtype(dtype).itemsize
+    if any(int(d) < 0 for d in shape) or nbytes > _INT64_MAX or count > _INT64_MAX:
+        raise CallError(f"{who}: {role} {i} has shape {tuple(int(d) for d in shape)}, whose element count or "
+                        f"size in bytes does not fit in int64; no buffer can have it. Check the shape")
 
 
 def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
@@ -75,6 +157,7 @@ def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
     for i, o in enumerate(flat):
         if not (hasattr(o, "shape") and hasattr(o, "dtype")):
             raise CallError(f"{who}: outs= entry {i} is {type(o).__name__}, not a jax.ShapeDtypeStruct")
+        check_size(who, "outs= entry", i, o.shape, o.dtype)
         structs.append(jax.ShapeDtypeStruct(tuple(int(d) for d in o.shape), np.dtype(o.dtype)))
     return structs, treedef
 
@@ -95,7 +178,36 @@ def as_arrays(who: str, arrays: Sequence[Any]) -> list[Any]:
     return out
 
 
-_EAGER: dict[tuple, Any] = {}  # jitted single calls, for eager use
+def _eager_cache_size() -> int:
+    try:
+        return max(1, int(os.environ.get("XLAKERN_EAGER_CACHE_SIZE", "512")))
+    except ValueError:
+        return 512
+
+
+# Jitted single calls for eager use, least recently used first. Bounded: each entry keeps a
+# compiled executable, and a caller passing a new attribute value each time adds one per call.
+_EAGER: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+_EAGER_SIZE = _eager_cache_size()
+_eager_lock = threading.Lock()
+
+
+def _eager_jitted(cache_key: tuple, make: Callable[[], Any]) -> Any:
+    with _eager_lock:
+        jitted = _EAGER.get(cache_key)
+        if jitted is not None:
+            _EAGER.move_to_end(cache_key)
+            return jitted
+    jitted = make()  # outside the lock: building it may trace
+    with _eager_lock:
+        jitted = _EAGER.setdefault(cache_key, jitted)
+        _EAGER.move_to_end(cache_key)
+        while len(_EAGER) > _EAGER_SIZE:
+            _EAGER.popitem(last=False)
+    return jitted
+
+
+_XLA_STATUS = re.compile(r"[A-Z_]+: ")
 
 
 def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Mapping[str, Any],
@@ -119,15 +231,19 @@ def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Map
     cache_key = (target, tuple((o.shape, o.dtype) for o in flat_outs), vmap_method,
                  tuple(sorted(aliases.items())) if aliases else None,
                  tuple(sorted((k, type(v).__name__, repr(v)) for k, v in attrs.items())))
-    jitted = _EAGER.get(cache_key)
-    if jitted is None:  # the ffi_call is built only here: a cache hit does no work but the lookup
+    def make_jitted() -> Any:  # the ffi_call is built only on a miss: a hit does no work but the lookup
         fn = make()
-        jitted = _EAGER.setdefault(cache_key, jax.jit(lambda *a: fn(*a, **attrs)))
+        return jax.jit(lambda *a: fn(*a, **attrs))
+
+    jitted = _eager_jitted(cache_key, make_jitted)
     try:
         return list(jitted(*arrays))
-    except jax.errors.JaxRuntimeError as err:
-        if "xlakern" in str(err):
-            raise KernelError(str(err)) from err
+    except (jax.errors.JaxRuntimeError, ValueError) as err:
+        # jaxlib's compiled-call fast path reports a failed execution as ValueError, not
+        # JaxRuntimeError: both carry XLA's status ("INTERNAL: xlakern kernel ... failed").
+        text = str(err)
+        if "xlakern" in text and (isinstance(err, jax.errors.JaxRuntimeError) or _XLA_STATUS.match(text)):
+            raise KernelError(text) from err
         raise
 
 
@@ -157,7 +273,14 @@ def check_aliases(who: str, aliases: Mapping[int, int] | None, n_inputs_hint: in
 def count_inputs(fn: Any, n_outputs: int, who: str, trailing: int = 0) -> int | None:
     """How many inputs ``fn`` takes: its parameters minus the outputs (and ``trailing`` extras,
     e.g. a stream); None when it takes ``*args``."""
+    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise CallError(f"{who}: the function is a generator or coroutine (it uses yield or async): its "
+                        f"body would not run when called, and its outputs would never be written. Write "
+                        f"the outputs into the output arrays it takes, with no yield")
     code = getattr(fn, "__code__", None)
+    if code is not None and code.co_kwonlyargcount > len(getattr(fn, "__kwdefaults__", None) or {}):
+        raise CallError(f"{who}: the function has keyword-only parameters without defaults; xlakern passes "
+                        f"inputs and outputs positionally, so it could never be called")
     if code is None or code.co_flags & 0x04:
         return None
     n = code.co_argcount - n_outputs - trailing
@@ -186,6 +309,8 @@ def signature(who: str, arrays: Sequence[Any], flat_outs: Sequence[Any], support
                 if platforms and platforms != {platform}:
                     raise CallError(f"{who}: input {i} lives on {', '.join(sorted(platforms))}; {kind} take "
                                     f"{platform.upper()} arrays (jax.device_put(x, jax.devices('{platform}')[0]))")
+            if role == "input":  # outputs were checked when outs= was flattened
+                check_size(who, role, i, x.shape, x.dtype)
             dtypes.append(name)
             ranks.append(len(x.shape))
     return tuple(dtypes), tuple(ranks)

@@ -61,12 +61,8 @@ _digests_dirty = False
 def _digest_memo() -> dict[str, list]:
     global _digests
     if _digests is None:
-        try:
-            _digests = json.loads((_cache.cache_root() / _DIGESTS_FILE).read_text())
-            if not isinstance(_digests, dict) or len(_digests) > 20000:
-                _digests = {}
-        except (OSError, ValueError):
-            _digests = {}
+        _digests = _cache.read_lookup(_cache.cache_root() / _DIGESTS_FILE,
+                                      lambda v: isinstance(v, list) and len(v) == 3 and isinstance(v[2], str))
     return _digests
 
 

@@ -13,6 +13,14 @@ on the key's lock; the kernel drops a flock when its process dies, so a build
 killed mid-way blocks nobody, and its temp dir is swept by the next builder.
 A published build whose library no longer matches its recorded hash is
 treated as absent and rebuilt, never loaded.
+
+The cache holds code this process will run, so it follows the rules ssh and
+pip apply to their own files: directories are created 0700 and files 0600;
+the root, and every directory and file below it that a load reads, must be
+owned by the current user and not writable by group or others, or the load
+is refused with :class:`CacheError`. A library is opened once, without
+following a symlink, checked and hashed through that descriptor, and loaded
+from the same descriptor, so nothing can be swapped in between.
 """
 
 from __future__ import annotations
@@ -24,10 +32,14 @@ import hashlib
 import json
 import os
 import secrets
+import re
 import shutil
+import stat
 import threading
 from pathlib import Path
 from typing import Callable, Iterator
+
+from .errors import CacheError, XlakernError
 
 _root_override: Path | None = None
 _root_lock = threading.Lock()
@@ -39,7 +51,8 @@ KEY_CHARS = 32  # hex characters of the key used in directory names
 def default_cache_dir() -> Path:
     env = os.environ.get("XLAKERN_CACHE_DIR")
     if env:
-        return Path(env).expanduser()
+        # Absolute now: the compiler runs in a temp dir, where a relative path means something else.
+        return Path(env).expanduser().absolute()
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "xlakern"
@@ -67,12 +80,65 @@ def get_cache_dir() -> Path:
     return cache_root()
 
 
+# -- permissions ----------------------------------------------------------------
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def _trusted_uids() -> frozenset[int]:
+    """Who may own cache directories and files: you, and root (as ssh allows; tests stand in
+    another uid here)."""
+    return frozenset((os.geteuid(), 0))
+
+
+def check_private(st: os.stat_result, path: Path | str) -> None:
+    """Raise :class:`CacheError` unless ``st`` (of ``path``) is ours and not group/world-writable."""
+    fix = (f"Remove it (or run: chown -R $(id -un) {path} && chmod -R go-w {path}), or point "
+           f"XLAKERN_CACHE_DIR / xlakern.set_cache_dir() at a directory of your own")
+    if st.st_uid not in _trusted_uids():
+        raise CacheError(f"xlakern's cache path {path} is owned by uid {st.st_uid}, not by you (uid "
+                         f"{os.geteuid()}) or root; a library there could run code planted by someone else, so "
+                         f"it is not used. {fix}")
+    if st.st_mode & 0o022:
+        raise CacheError(f"xlakern's cache path {path} is writable by its group or by others (mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}); a library there could run code planted by someone "
+                         f"else, so it is not used. {fix}")
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create ``path`` and any missing parents with mode 0700, then check it is private."""
+    missing = []
+    p = path
+    while not os.path.lexists(p):
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            pass  # made by a concurrent process: checked below like any existing directory
+    check_private(os.stat(path), path)
+
+
+def _make_private_tree(top: Path) -> None:
+    """Modes 0700/0600 for everything a builder wrote under ``top`` (it wrote with the umask)."""
+    for dirpath, dirnames, filenames in os.walk(top):
+        for names, mode in ((dirnames, DIR_MODE), (filenames, FILE_MODE)):
+            for n in names:
+                p = os.path.join(dirpath, n)
+                if not os.path.islink(p):
+                    os.chmod(p, mode)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``text`` to ``path`` (mode 0600) through a temp file and a rename."""
+    make_private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "w") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE), "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -83,18 +149,47 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+        return fd_sha256(f.fileno())
+
+
+def fd_sha256(fd: int) -> str:
+    """SHA-256 of the whole file open on ``fd``, read from its start."""
+    h = hashlib.sha256()
+    offset = 0
+    while block := os.pread(fd, 1 << 20, offset):
+        h.update(block)
+        offset += len(block)
     return h.hexdigest()
+
+
+def read_lookup(path: Path, entry_ok: Callable[[object], bool], max_entries: int = 20000) -> dict:
+    """A lookup file of the cache root (a JSON object of entries), healed as it is read.
+
+    These files only save work, so anything unexpected in them (not JSON, not an object, an
+    entry of the wrong shape) is dropped, never trusted: the dropped entries are recomputed and
+    the file is rewritten by its next save.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        data = None
+    healed = {}
+    if isinstance(data, dict) and len(data) <= max_entries:
+        healed = {k: v for k, v in data.items() if isinstance(k, str) and entry_ok(v)}
+    if not isinstance(data, dict) or len(healed) != len(data):
+        with contextlib.suppress(OSError, XlakernError):  # a read-only or foreign cache: heal in memory only
+            atomic_write_text(path, json.dumps(healed))
+    return healed
 
 
 @contextlib.contextmanager
 def file_lock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
     """Hold an exclusive flock on ``path``; yields False if non-blocking and busy."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    make_private_dirs(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -111,10 +206,49 @@ def file_lock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)
 
 
+class VerifiedLibrary:
+    """A published library, open on ``fd``, whose owner, mode, size and hash were checked there.
+
+    Load it through ``fd`` (the runtime dlopens ``/proc/self/fd/<fd>``), then :meth:`close`.
+    """
+
+    def __init__(self, path: Path, fd: int):
+        self.path = path
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "VerifiedLibrary":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
+
+
+def _open_checked(name: str, dir_fd: int | None, flags: int, shown: Path) -> int:
+    """Open ``name`` (relative to ``dir_fd``, never through a final symlink) and check the
+    object opened is private; returns its descriptor."""
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    try:
+        check_private(os.fstat(fd), shown)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class Entry:
     """One (module name, content key) slot of a cache root."""
 
     def __init__(self, root: Path, name: str, key: str):
+        self.root = root
         self.name = name
         self.key = key
         self.dir = root / name
@@ -125,18 +259,48 @@ class Entry:
     def library(self) -> Path:
         return self.published / f"lib{self.name}.so"
 
-    def valid_library(self) -> Path | None:
-        """The published library if it is complete and matches its recorded hash."""
+    def open_library(self) -> VerifiedLibrary | None:
+        """The published library, opened and verified, if it is complete and matches its record.
+
+        Each directory from the root down is opened relative to the one above it, without
+        following symlinks (the root itself may be one: the user chose it), and checked
+        through its descriptor. Raises :class:`CacheError` for a path that is not private.
+        """
+        fds: list[int] = []
         try:
-            meta = json.loads((self.published / META_FILE).read_text())
-            lib = self.library
-            if meta.get("key") != self.key or lib.stat().st_size != meta.get("size"):
-                return None
-            if file_sha256(lib) != meta.get("sha256"):
-                return None
-            return lib
-        except (OSError, ValueError, AttributeError):
+            root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds.append(root_fd)
+            check_private(os.fstat(root_fd), self.root)
+            fds.append(_open_checked(self.name, root_fd, _O_DIR, self.dir))
+            fds.append(_open_checked(self.published.name, fds[-1], _O_DIR, self.published))
+            key_fd = fds[-1]
+            meta_fd = _open_checked(META_FILE, key_fd, _O_FILE, self.published / META_FILE)
+            with os.fdopen(meta_fd, "rb") as f:
+                meta = json.loads(f.read())
+            lib_fd = _open_checked(self.library.name, key_fd, _O_FILE, self.library)
+            try:
+                st = os.fstat(lib_fd)
+                if (not isinstance(meta, dict) or meta.get("key") != self.key or not stat.S_ISREG(st.st_mode)
+                        or st.st_size != meta.get("size") or fd_sha256(lib_fd) != meta.get("sha256")):
+                    os.close(lib_fd)
+                    return None
+            except BaseException:
+                os.close(lib_fd)
+                raise
+            return VerifiedLibrary(self.library, lib_fd)
+        except (OSError, ValueError):
             return None
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def valid_library(self) -> Path | None:
+        """The published library's path if it is complete, private and matches its recorded hash."""
+        lib = self.open_library()
+        if lib is None:
+            return None
+        lib.close()
+        return lib.path
 
     def _sweep_temp_dirs(self) -> None:
         # Only called under the key's lock: any temp dir of this key belongs
@@ -151,19 +315,21 @@ class Entry:
         """Return the library, building it with ``builder(temp_dir) -> lib`` if needed
         (always, with ``force``). Returns (library path, whether this call built it).
         """
+        make_private_dirs(self.root)
         with file_lock(self.lock_path):
             lib = None if force else self.valid_library()
             if lib is not None:
                 return lib, False  # another process published it while we waited
             self._sweep_temp_dirs()
             tmp = self.dir / f".tmp-{self.key[:KEY_CHARS]}-{os.getpid()}-{secrets.token_hex(4)}"
-            tmp.mkdir(parents=True)
+            os.mkdir(tmp, DIR_MODE)
             try:
                 built = builder(tmp)
                 final_name = f"lib{self.name}.so"
                 if built.name != final_name:
                     os.replace(built, tmp / final_name)
                 lib_tmp = tmp / final_name
+                _make_private_tree(tmp)
                 record = dict(meta, key=self.key, sha256=file_sha256(lib_tmp), size=lib_tmp.stat().st_size)
                 atomic_write_text(tmp / META_FILE, json.dumps(record, indent=1, sort_keys=True))
                 if self.published.exists():
@@ -178,23 +344,53 @@ class Entry:
             return self.library, True
 
 
+# Names xlakern gives what it creates: module directories (module names), and in them
+# published builds (hex keys) and the temp/trash directories of builds.
+_MODULE_DIR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BUILD_DIR_RE = re.compile(r"(\.(tmp|trash)-)?([0-9a-f]{%d})(-.*)?" % KEY_CHARS)
+
+
+def _real_dir(path: Path) -> bool:
+    """A directory itself, not a symlink to one (clear never follows a link out of the cache)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def clear(root: Path, name: str | None = None) -> dict[str, list[str]]:
     """Delete published builds (all, or those of module ``name``).
 
-    A key whose lock is held (a build in progress) is skipped, never deleted.
+    Only what xlakern created is touched: module directories named like modules, and in them
+    build directories named by a key. Symlinks are never followed (a linked module folder is
+    skipped, not emptied), and nothing outside ``root`` is reached. A key whose lock is held (a
+    build in progress) is skipped, never deleted.
     Returns {"removed": [...], "skipped": [...]} of build directories.
     """
+    if name is not None and (not isinstance(name, str) or not _MODULE_DIR_RE.fullmatch(name)):
+        raise XlakernError(f"clear_cache: {name!r} is not a module name (a C identifier such as 'my_ops'); "
+                           f"pass the name a module was loaded under, or nothing to clear every module")
     removed: list[str] = []
     skipped: list[str] = []
     if not root.is_dir():
         return {"removed": removed, "skipped": skipped}
-    names = [name] if name is not None else [p.name for p in root.iterdir() if p.is_dir()]
+    if name is not None:
+        names = [name]
+    else:
+        names = sorted(p.name for p in root.iterdir() if _MODULE_DIR_RE.fullmatch(p.name))
     for n in names:
         d = root / n
-        if not d.is_dir():
+        if not _real_dir(d):
+            if d.is_symlink():
+                skipped.append(str(d))
             continue
-        keys = {p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")}
-        keys |= {p.name[1:-5] for p in d.iterdir() if p.name.startswith(".") and p.name.endswith(".lock")}
+        keys = set()
+        for p in d.iterdir():
+            m = _BUILD_DIR_RE.fullmatch(p.name)
+            if m is not None and (m.group(1) is None) == (m.group(4) is None):
+                keys.add(m.group(3))
+            elif p.name.startswith(".") and p.name.endswith(".lock") and _BUILD_DIR_RE.fullmatch(p.name[1:-5]):
+                keys.add(p.name[1:-5])
         for k in sorted(keys):
             with file_lock(d / f".{k}.lock", blocking=False) as got:
                 if not got:
@@ -202,6 +398,10 @@ def clear(root: Path, name: str | None = None) -> dict[str, list[str]]:
                     continue
                 for p in list(d.iterdir()):
                     if p.name == k or p.name.startswith((f".tmp-{k}-", f".trash-{k}-")):
+                        if not _real_dir(p):  # a link planted in place of a build: remove the link only
+                            with contextlib.suppress(OSError):
+                                os.unlink(p)
+                            continue
                         shutil.rmtree(p, ignore_errors=True)
                         if p.name == k:
                             removed.append(str(p))
@@ -216,10 +416,10 @@ def cache_size(root: Path) -> tuple[int, int]:
     if not root.is_dir():
         return 0, 0
     for d in root.iterdir():
-        if not d.is_dir():
+        if not _real_dir(d):
             continue
         for k in d.iterdir():
-            if k.is_dir() and not k.name.startswith("."):
+            if _real_dir(k) and not k.name.startswith("."):
                 count += 1
                 for f in k.iterdir():
                     with contextlib.suppress(OSError):

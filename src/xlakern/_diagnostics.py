@@ -6,7 +6,7 @@ import platform
 import sys
 from typing import Callable, TextIO
 
-from . import _cache, _runtime, _toolchain
+from . import _bridge, _cache, _runtime, _toolchain
 from ._version import __version__
 
 
@@ -51,8 +51,7 @@ def print_diagnostics(file: TextIO | None = None) -> None:
     root = _cache.cache_root()
     count, size = _cache.cache_size(root)
     rows.append(("cache dir", f"{root} ({count} builds, {size / 1e6:.1f} MB)"))
-    modules = _runtime.modules()
-    targets = sorted(t for m in modules for t in m[4])
+    targets = _bridge.registered_targets()  # what list_registered_targets() says
     rows.append(("registered targets", ", ".join(targets) if targets else "none"))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shlex
@@ -13,9 +14,12 @@ import numpy as np
 
 from . import _bridge, _build, _cache, _codegen, _runtime, _toolchain
 from ._spec import EntryPoint, Source, resolve_entry_points
-from .errors import CallError, RegistrationError, XlakernError
+from .errors import CallError, RegistrationError, SpecError, XlakernError
 
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # used with fullmatch: "$" would accept a final newline
+# Module names name a cache directory and a library file (lib<name>.so, beside temp and lock
+# names built from it): this keeps every such path component far below NAME_MAX (255).
+MAX_NAME_LENGTH = 100
 _MODULES: dict[str, "CompiledModule"] = {}
 _LOAD_LOCK = threading.RLock()
 
@@ -104,6 +108,7 @@ def _check_array(fn: str, what: str, i: int, x: Any) -> None:
     if len(shape) > _MAX_DIMS:
         raise CallError(f"{fn}: {what} {i} has {len(shape)} dimensions; kernels take at most {_MAX_DIMS}. "
                         f"Reshape it first")
+    _bridge.check_size(fn, what, i, shape, dtype)
 
 
 class CompiledFunction:
@@ -209,12 +214,17 @@ def _as_flags(value: Any, what: str) -> tuple[str, ...]:
     raise XlakernError(f"{what} must be a string or a list of strings; got {value!r}")
 
 
-def _register(name: str, key: str, lib: Path, platform: str, entries: Sequence[EntryPoint]) -> None:
-    import jax
+def _register(name: str, key: str, lib: "_cache.VerifiedLibrary", platform: str,
+              entries: Sequence[EntryPoint]) -> None:
+    """Load ``lib`` as module ``name`` and register all its targets with XLA, or none.
 
+    Everything that can fail without XLA (loading, finding each handler) is done before XLA sees
+    any handler. Should XLA itself refuse a target part-way, the module stays loaded and pinned
+    for the targets it accepted (XLA keeps their handler pointers) and is never registered again.
+    """
     xla_platform = "cpu" if platform == "cpu" else "CUDA"
     try:
-        fresh = _runtime.open_module(name, key, str(lib), xla_platform)
+        fresh = _runtime.open_module(name, key, str(lib.path), xla_platform, lib.fd)
     except _runtime.ModuleConflict as e:
         raise RegistrationError(_conflict_message(name, str(e))) from None
     except RuntimeError as e:
@@ -223,17 +233,59 @@ def _register(name: str, key: str, lib: Path, platform: str, entries: Sequence[E
         ) from None
     if not fresh:
         return
-    targets = []
     try:
-        for e in entries:
-            capsule = _runtime.handler_capsule(name, _codegen.handler_symbol(e.name))
-            target = f"{name}.{e.name}"
-            jax.ffi.register_ffi_target(target, capsule, platform=xla_platform)
-            targets.append(target)
+        handlers = [(f"{name}.{e.name}", _runtime.handler_capsule(name, _codegen.handler_symbol(e.name)), {})
+                    for e in entries]
+    except RuntimeError as exc:
+        _runtime.forget(name)  # XLA has seen nothing of it yet
+        raise RegistrationError(f"module '{name}' cannot be registered: {exc}. Delete the build with "
+                                f"xlakern.clear_cache({name!r}) and load again") from None
+    try:
+        _bridge.start_backend(xla_platform)  # a backend that cannot start fails here, before XLA sees anything
     except Exception as exc:
         _runtime.forget(name)
-        raise RegistrationError(f"registering the FFI targets of module '{name}' with XLA failed: {exc}") from exc
-    _runtime.add_targets(name, targets)
+        raise RegistrationError(f"cannot start jax's {xla_platform} backend to register module '{name}': "
+                                f"{exc}") from exc
+    _runtime.pin(name)
+    accepted: list[str] = []
+    try:
+        _bridge.register_targets(xla_platform, handlers, accepted=accepted.append)
+    except RegistrationError as exc:
+        raise RegistrationError(
+            f"{exc}. Module '{name}' registered {len(accepted)} of its {len(handlers)} target(s) "
+            f"({', '.join(accepted) or 'none'}); those stay usable, but the module cannot be loaded again "
+            f"under this name in this process: load it under a new name, or restart Python") from exc.__cause__
+    finally:
+        _runtime.add_targets(name, accepted, len(accepted) == len(handlers))
+
+
+# Keywords a call takes besides the attributes (read from CompiledFunction.__call__, plus those
+# a call may gain): an attribute spelled like one could never be passed.
+_CALL_KEYWORDS = frozenset(
+    [p.name for p in inspect.signature(CompiledFunction.__call__).parameters.values()
+     if p.kind is inspect.Parameter.KEYWORD_ONLY] + ["zeroed_outputs"])
+
+
+def _check_attribute_names(module: str, entries: Sequence[EntryPoint]) -> None:
+    for e in entries:
+        for p in e.attrs:
+            if p.attr_name in _CALL_KEYWORDS:
+                raise SpecError(
+                    f"{module}.{e.name}: attribute 'attr.{p.attr_name}' (from {e.source}, line {e.line}) is named "
+                    f"like the call keyword {p.attr_name}=, so it could never be passed; rename the attribute "
+                    f"(call keywords: {', '.join(sorted(_CALL_KEYWORDS))})")
+
+
+def _check_module_name(name: Any) -> None:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise SpecError(f"module name {name!r} must be a C identifier (letters, digits, _, not starting with a "
+                        f"digit), since it prefixes the FFI target names '<name>.<function>'")
+    if len(name) > MAX_NAME_LENGTH:
+        raise SpecError(f"module name '{name[:20]}...' is {len(name)} characters long; at most {MAX_NAME_LENGTH} "
+                        f"are allowed, since it names the module's files in the cache. Choose a shorter name")
+    if name + "." == _bridge.RESERVED_PREFIX:
+        raise SpecError(f"module name '{name}' is reserved: targets '{_bridge.RESERVED_PREFIX}*' are xlakern's "
+                        f"own (numba_cpu, cuda_image, python_callable). Choose another name")
 
 
 def _conflict_message(name: str, detail: str) -> str:
@@ -250,15 +302,14 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
           compute_capability: Any = None, allow_cuda_graph: bool = True,
           build_directory: str | os.PathLike | None = None, force_rebuild: bool = False,
           verbose: bool = False, quiet: bool = False) -> CompiledModule:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise XlakernError(f"module name {name!r} must be a C identifier (letters, digits, _), since it "
-                           f"prefixes the FFI target names '<name>.<function>'")
+    _check_module_name(name)
     if not isinstance(optimization_level, int) or not 0 <= optimization_level <= 3:
         raise XlakernError(f"optimization_level must be 0, 1, 2 or 3; got {optimization_level!r}")
     if platform == "cpu" and (use_fast_math or extra_cuda_cflags or compute_capability is not None):
         raise XlakernError("use_fast_math, extra_cuda_cflags and compute_capability apply to CUDA modules only; "
                            "use extra_cflags=['-ffast-math'] for C++")
     entries = resolve_entry_points(sources, functions, platform=platform)
+    _check_attribute_names(name, entries)
     include_paths = tuple(str(Path(p).expanduser().resolve()) for p in _as_flags(extra_include_paths,
                                                                                 "extra_include_paths"))
     for p in include_paths:
@@ -289,20 +340,25 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
                       f"new key {key[:12]})"))
         root = Path(build_directory).expanduser().resolve() if build_directory else _cache.cache_root()
         slot = _cache.Entry(root, name, key)
-        lib = None if force_rebuild else slot.valid_library()
+        lib = None if force_rebuild else slot.open_library()
         if lib is None:
             kind = f"CUDA, sm_{options.arch}" if platform == "cuda" else "C++"
             builder = _build.Builder(name, sources, entries, options, host, cuda, verbose)
             with _build.Progress(f"compiling {name} ({kind})", quiet):
-                lib, _ = slot.build(builder, {"name": name, "platform": platform,
-                                              "functions": {e.name: e.spec for e in entries}},
-                                    force=force_rebuild)
+                slot.build(builder, {"name": name, "platform": platform,
+                                     "functions": {e.name: e.spec for e in entries}},
+                           force=force_rebuild)
             if verbose:
                 import sys
 
                 print("xlakern: " + "\n  ".join(["commands:", *builder.commands]), file=sys.stderr)
-        _register(name, key, lib, platform, entries)
-        module = CompiledModule(name, lib, key, platform, entries)
+            lib = slot.open_library()  # loaded from what is verified now, not from the build's path
+            if lib is None:
+                raise RegistrationError(f"the build of module '{name}' at {slot.library} changed or vanished "
+                                        f"right after it was published; load it again")
+        with lib:
+            _register(name, key, lib, platform, entries)
+        module = CompiledModule(name, lib.path, key, platform, entries)
         if existing is None or existing.key != key:
             _MODULES[name] = module
         return _MODULES[name]
@@ -425,10 +481,7 @@ def list_registered_targets() -> list[str]:
     Numba kernels and Python callables share the runtime's generic targets (``xlakern.*``),
     so wrapping more of them never adds a target.
     """
-    from . import _bridge
-
-    modules = [t for (_, _, _, _, targets) in _runtime.modules() for t in targets]
-    return sorted(modules + _bridge.registered_targets())
+    return _bridge.registered_targets()
 
 
 def clear_cache(name: str | None = None) -> dict[str, list[str]]:

@@ -29,7 +29,7 @@ NUMBA_CPU_DTYPES = frozenset(
     ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
      "float16", "float32", "float64", "complex64", "complex128"])
 
-_ENTRY_VERSION = 1  # bump when the generated cfunc's calling convention changes
+_ENTRY_VERSION = 2  # bump when the generated cfunc changes (2: inputs are read-only)
 
 
 @dataclass
@@ -82,12 +82,38 @@ def _configure_threading() -> bool:
     return _serialize_parallel
 
 
-def _entry_source(n_args: int, ranks: tuple[int, ...]) -> str:
+_readonly_view = None
+
+
+def _readonly() -> Any:
+    """A Numba intrinsic giving a read-only view of an array (the same data, typed readonly).
+
+    Inputs are XLA's buffers, which the caller's arrays may share: typed read-only, a kernel that
+    writes one fails to compile ("Cannot modify readonly array") instead of changing them.
+    """
+    global _readonly_view
+    if _readonly_view is None:
+        from numba.core.imputils import impl_ret_borrowed
+        from numba.extending import intrinsic
+
+        @intrinsic
+        def readonly_view(typingctx, arr):
+            def codegen(context, builder, signature, args):
+                return impl_ret_borrowed(context, builder, signature.return_type, args[0])
+
+            return arr.copy(readonly=True)(arr), codegen
+
+        _readonly_view = readonly_view
+    return _readonly_view
+
+
+def _entry_source(n_args: int, ranks: tuple[int, ...], n_inputs: int) -> str:
     lines = ["def entry(data, dims):"]
     offset = 0
     for a, rank in enumerate(ranks):
         shape = "(" + "".join(f"dims[{offset + i}], " for i in range(rank)) + ")"
-        lines.append(f"    a{a} = carray(data[{a}], {shape}, dt{a})")
+        view = f"carray(data[{a}], {shape}, dt{a})"
+        lines.append(f"    a{a} = {f'readonly({view})' if a < n_inputs else view}")
         offset += rank
     args = ", ".join(f"a{a}" for a in range(n_args))
     lines += ["    try:", f"        kernel({args})", "    except Exception:", "        return 1", "    return 0"]
@@ -100,14 +126,15 @@ def _njit_like(kernel: Any) -> Any:
     return numba.jit(**dict(kernel.targetoptions))
 
 
-def _compile_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...]) -> Any:
+def _compile_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> Any:
     import numba
     from numba import types
 
-    namespace: dict[str, Any] = {"carray": numba.carray, "kernel": kernel}
+    namespace: dict[str, Any] = {"carray": numba.carray, "kernel": kernel, "readonly": _readonly()}
     for a, dt in enumerate(dtypes):
         namespace[f"dt{a}"] = np.dtype(dt)
-    exec(compile(_entry_source(len(dtypes), ranks), f"<xlakern entry for {kernel.__name__}>", "exec"), namespace)
+    exec(compile(_entry_source(len(dtypes), ranks, n_inputs), f"<xlakern entry for {kernel.__name__}>", "exec"),
+         namespace)
     signature = types.int32(types.CPointer(types.voidptr), types.CPointer(types.int64))
     return numba.cfunc(signature)(namespace["entry"])
 
@@ -130,12 +157,16 @@ def _kernel_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], 
         if entry is not None:
             return entry
         try:
-            cfunc = _compile_entry(without_body_imports(kernel, _njit_like(kernel)), dtypes, ranks)
+            cfunc = _compile_entry(without_body_imports(kernel, _njit_like(kernel)), dtypes, ranks, n_inputs)
         except Exception as e:
             sig = ", ".join(f"{d}[{'x'.join(':' * r) or '0-d'}]" for d, r in zip(dtypes, ranks))
             hint = ""
             if "float16" in dtypes:
                 hint = " Numba's CPU target does not support float16 arithmetic; cast to float32 first."
+            if "readonly array" in str(e):
+                hint = (" Its inputs are read-only (they are XLA's buffers, possibly your arrays): write "
+                        "results into its output arrays, or alias an input to an output with "
+                        "input_output_aliases and write the output.")
             raise CallError(f"numba_kernel: Numba could not compile '{kernel.__name__}' for arrays ({sig}): "
                             f"{type(e).__name__}: {e}.{hint}") from e
         entry = _Cfunc(key, kernel.__name__, kernel, cfunc)
@@ -160,6 +191,8 @@ def _explain_error(key: str, arrays: list, n_inputs: int, stream: int, device: i
     if entry is None:
         return "it raised an exception"
     views = [_array_at(addr, shape, dtype) for addr, shape, dtype in arrays]
+    for v in views[:n_inputs]:
+        v.flags.writeable = False  # as in the compiled entry: the re-run must not write inputs either
     try:
         without_body_imports(entry.kernel, _njit_like(entry.kernel))(*views)
     except Exception as e:

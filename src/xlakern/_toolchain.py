@@ -73,12 +73,8 @@ def _memo_path() -> Path:
 def _load_memo() -> dict[str, dict]:
     global _memo
     if _memo is None:
-        try:
-            _memo = json.loads(_memo_path().read_text())
-            if not isinstance(_memo, dict):
-                _memo = {}
-        except (OSError, ValueError):
-            _memo = {}
+        _memo = _cache.read_lookup(_memo_path(), lambda v: isinstance(v, dict) and isinstance(v.get("stamp"), list)
+                                   and isinstance(v.get("version"), str))
     return _memo
 
 

@@ -46,6 +46,10 @@ class ConfigError(XlakernError, RuntimeError):
     """A setting was changed at a time it can no longer take effect (e.g. XLA flags after JAX started)."""
 
 
+class CacheError(XlakernError):
+    """The build cache cannot be trusted: a path in it is another user's or writable by others."""
+
+
 __all__ = [
     "XlakernError",
     "SpecError",
@@ -55,4 +59,5 @@ __all__ = [
     "KernelError",
     "CallError",
     "ConfigError",
+    "CacheError",
 ]

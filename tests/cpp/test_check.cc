@@ -191,3 +191,22 @@ TEST(Check, ErrorCanBeThrownDirectly) {
 }
 
 }  // namespace
+
+TEST(Check, MessagesAreMadeValidUtf8) {
+  // Bytes that are not UTF-8 become \xNN; valid multi-byte characters stay.
+  EXPECT_EQ(xk::detail::utf8_safe("v = \xC8 (limit 128)"), "v = \\xC8 (limit 128)");
+  EXPECT_EQ(xk::detail::utf8_safe("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  // A truncated sequence, an overlong form, a surrogate, a lone continuation.
+  EXPECT_EQ(xk::detail::utf8_safe("a\xE2\x82"), "a\\xE2\\x82");
+  EXPECT_EQ(xk::detail::utf8_safe("\xC0\xAF"), "\\xC0\\xAF");
+  EXPECT_EQ(xk::detail::utf8_safe("\xED\xA0\x80"), "\\xED\\xA0\\x80");
+  EXPECT_EQ(xk::detail::utf8_safe("\x80z"), "\\x80z");
+  try {
+    XK_CHECK(false) << static_cast<char>(200);
+  } catch (const xk::Error& e) {
+    const std::string safe = xk::detail::utf8_safe(e.what());
+    EXPECT_NE(safe.find("check failed: false"), std::string::npos) << safe;
+    EXPECT_NE(safe.find("\\xC8"), std::string::npos) << safe;
+  }
+}

@@ -265,7 +265,7 @@ TEST_F(DispatchRandom, ScaleInPlaceFloating) {
     void* ptr = dt == DType::Float32 ? static_cast<void*>(f.get()) : d.get();
     const std::vector<float> f0(f.get(), f.get() + n);
     const std::vector<double> d0(d.get(), d.get() + n);
-    const xk::Tensor t(ptr, dt, &n, 1);
+    xk::Tensor t(ptr, dt, &n, 1);  // written through: an output
     XK_DISPATCH_FLOATING(t.dtype(), scalar_t, {
       scalar_t* p = t.data<scalar_t>();
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<scalar_t>(p[i] * factor);

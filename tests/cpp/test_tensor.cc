@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "test_util.h"
@@ -84,7 +85,7 @@ TEST(Tensor, StridesAddressTheRowMajorElement) {
   // Writing through the strides must hit the element numpy's C order puts
   // there: flat index ((i*3)+j)*4+k for shape (2,3,4).
   std::vector<int32_t> buf(24, -1);
-  const Tensor t = make(buf.data(), DType::Int32, {2, 3, 4});
+  Tensor t = make(buf.data(), DType::Int32, {2, 3, 4});
   int32_t* p = t.data<int32_t>();
   for (int64_t i = 0; i < t.shape(0); ++i)
     for (int64_t j = 0; j < t.shape(1); ++j)
@@ -271,7 +272,7 @@ TEST(Tensor, DataReturnsThePointerOnlyForTheMatchingType) {
       using RC = decltype(request_case);
       using T = typename RC::type;
       if constexpr (std::is_same_v<typename TC::type, T>) {
-        EXPECT_EQ(static_cast<void*>(t.data<T>()), storage) << TC::name;
+        EXPECT_EQ(static_cast<const void*>(t.data<T>()), storage) << TC::name;
         EXPECT_EQ(static_cast<const void*>(t.data<const T>()), storage) << TC::name;
       } else {
         const std::string msg = error_of([&] { t.data<T>(); });
@@ -285,6 +286,22 @@ TEST(Tensor, DataReturnsThePointerOnlyForTheMatchingType) {
     });
   });
   EXPECT_EQ(checked, 15 * 15);
+}
+
+TEST(Tensor, ConstTensorGivesReadOnlyElements) {
+  // Entry points take inputs as `const xk::Tensor`: their elements must not be
+  // writable through data<T>(), while outputs (non-const) stay writable.
+  float x[2] = {1.0f, 2.0f};
+  const int64_t shape[1] = {2};
+  const Tensor in(x, DType::Float32, shape, 1);
+  Tensor out(x, DType::Float32, shape, 1);
+  static_assert(std::is_same_v<decltype(in.data<float>()), const float*>);
+  static_assert(std::is_same_v<decltype(out.data<float>()), float*>);
+  static_assert(std::is_same_v<decltype(std::as_const(out).data<float>()), const float*>);
+  out.data<float>()[1] = 5.0f;
+  EXPECT_EQ(in.data<float>()[1], 5.0f);
+  EXPECT_EQ(in.data<float>(), x);
+  EXPECT_THROW(in.data<int32_t>(), xk::Error);
 }
 
 TEST(Tensor, DataWithANonElementTypeThrows) {
