@@ -125,7 +125,20 @@ class CompiledFunction:
         return f"<xlakern function {self.target}: {self.entry.spec}>"
 
     def __call__(self, *arrays: Any, outs: Any, vmap_method: str | None = None,
-                 input_output_aliases: Mapping[int, int] | None = None, **attrs: Any) -> Any:
+                 input_output_aliases: Mapping[int, int] | None = None, zeroed_outputs: Any = None,
+                 **attrs: Any) -> Any:
+        """Call the entry point on JAX arrays; ``outs`` describes the outputs, keywords are its attributes.
+
+        ``zeroed_outputs`` (output indices, ``True`` for all, or a callable of the attribute
+        dict returning indices) clears those outputs inside the same FFI call before the entry
+        point runs (``memset`` on the CPU, ``cudaMemsetAsync`` on XLA's stream on the GPU).
+        With ``vmap_method="broadcast_all"`` or ``"expand_dims"``, a batched call runs the entry
+        point once per batch element, each time on tensors of the shapes it was traced with.
+
+        Example::
+
+            counts = mod.histogram(x, outs=jax.ShapeDtypeStruct((64,), jnp.int32), zeroed_outputs=[0])
+        """
         import jax
 
         e = self.entry
@@ -151,7 +164,12 @@ class CompiledFunction:
             raise CallError(f"{self.target}: {'; '.join(parts)}. It takes: "
                             f"{', '.join(f'{n}: {t}' for n, t in declared.items()) or 'no attributes'}")
         values = {n: _coerce_attr(self.target, n, declared[n], v) for n, v in attrs.items()}
-        results = _bridge.run_ffi(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
+        # The control target: zeroed outputs, and the traced (unbatched) ranks for per-element vmap.
+        zero = _bridge.zeroed_mask(self.target, zeroed_outputs, len(flat_outs), input_output_aliases, attrs)
+        values[_codegen.CONTROL_ATTR] = np.array(
+            [zero, *(len(x.shape) for x in arrays), *(len(o.shape) for o in flat_outs)], np.int64)
+        results = _bridge.run_ffi(_codegen.control_target(self.target),
+                                  [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
                                   arrays, values, vmap_method, input_output_aliases)
         return jax.tree.unflatten(treedef, list(results))
 
@@ -230,6 +248,9 @@ def _register(name: str, key: str, lib: Path, platform: str, entries: Sequence[E
             target = f"{name}.{e.name}"
             jax.ffi.register_ffi_target(target, capsule, platform=xla_platform)
             targets.append(target)
+            # mod.fn(...) calls this one; the plain target keeps the arg_spec's exact attributes.
+            control = _runtime.handler_capsule(name, _codegen.control_handler_symbol(e.name))
+            jax.ffi.register_ffi_target(_codegen.control_target(target), control, platform=xla_platform)
     except Exception as exc:
         _runtime.forget(name)
         raise RegistrationError(f"registering the FFI targets of module '{name}' with XLA failed: {exc}") from exc
