@@ -14,8 +14,6 @@ without a GPU: the kernels compile to PTX, and the notebook's globals are never 
 from __future__ import annotations
 
 import dis
-import linecache
-import os
 import re
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import seedrun
 import xlakern
 
 # (name, code) of every code cell of seed 001, in order, verbatim.
@@ -460,33 +459,13 @@ SEED_FILE = next((p / "shared" / "spec" / "001_cced3dfd7e475516.txt" for p in Pa
                   if (p / "shared" / "spec" / "001_cced3dfd7e475516.txt").exists()), Path("missing"))
 
 
-def _as_xlakern(code: str) -> str:
-    """The only change to seed code: ``brainevent`` is xlakern."""
-    code = code.replace("from brainevent import ", "from xlakern import ")
-    return re.sub(r"^(\s*)import brainevent$", r"\1import xlakern as brainevent", code, flags=re.M)
-
-
 def run_cell(namespace: dict, name: str, code: str | None = None) -> None:
-    """Execute one cell in the notebook namespace, with its source in linecache."""
-    source = _as_xlakern(CELLS[name] if code is None else code)
-    filename = f"<seed-001 cell {name}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)
-
-
-def printed_checks(text: str) -> tuple[list[float], list[str]]:
-    """The errors (numbers after '... error...:') and booleans a cell printed."""
-    errors = [float(m) for m in re.findall(r"error[^:\n]*:\s*([-+0-9.eE]+)", text)]
-    flags = re.findall(r":\s*(True|False)\s*$", text, flags=re.M)
-    return errors, flags
+    seedrun.run_cell(namespace, CELLS, name, "001", code)
 
 
 def assert_printed_checks_pass(capsys, expect_errors: int = 0, expect_flags: int = 0) -> str:
     text = capsys.readouterr().out
-    errors, flags = printed_checks(text)
-    assert len(errors) >= expect_errors and len(flags) >= expect_flags, text
-    assert all(e <= 1e-4 for e in errors), text
-    assert all(f == "True" for f in flags), text
+    seedrun.assert_printed_checks_pass(text, expect_errors, expect_flags)
     return text
 
 
@@ -500,7 +479,7 @@ def test_cells_are_the_seed_verbatim():
 
 
 def test_only_the_import_lines_change():
-    changed = _as_xlakern(CELLS["setup"])
+    changed = seedrun.as_xlakern(CELLS["setup"])
     assert "import xlakern as brainevent\n" in changed
     assert "from xlakern import XLACustomKernel, numba_cuda_kernel, numba_cuda_callable" in changed
     assert changed.replace("import xlakern as brainevent", "import brainevent").replace(
