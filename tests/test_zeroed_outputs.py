@@ -430,3 +430,85 @@ def test_gpu_xla_custom_kernel_passes_zeroed_outputs_through(rng):
     loop = jax.jit(lambda v: jax.lax.fori_loop(0, 100, lambda i, acc: acc + op(v, outs=out, zeroed_outputs=[0])[0],
                                                jnp.zeros(NBINS, jnp.int32)))
     np.testing.assert_array_equal(loop(_gpu(bins)), 100 * ref)
+
+
+@pytest.mark.usefixtures("on_cpu")
+def test_zeroing_adds_no_xla_op(mod, rng):
+    # The clear happens inside the kernel's own custom call: the program holds that one call
+    # and no zeros of its own (no constant, broadcast or copy for the output).
+    x = jnp.asarray(_bins(rng, 1000)[0])
+    nk = xlakern.numba_kernel(_numba_histogram(), outs=SDS((NBINS,), jnp.int32), zeroed_outputs=[0])
+    for f in (nk, lambda v: mod.histogram(v, outs=SDS((NBINS,), jnp.int32), zeroed_outputs=[0])):
+        text = jax.jit(f).lower(x).as_text()
+        ops = [line.split("=", 1)[1].split()[0] for line in text.splitlines()
+               if "=" in line and line.strip().startswith("%")]
+        assert ops.count("stablehlo.custom_call") == 1, text
+        assert not [op for op in ops if op != "stablehlo.custom_call"], text
+
+
+ZEROED_GRAPH_CHILD = r'''
+import numpy as np
+import xlakern  # before numba.cuda
+import jax, jax.numpy as jnp
+from numba import cuda
+
+SDS = jax.ShapeDtypeStruct
+N, BINS = 1_000_000, 64
+
+@cuda.jit
+def histogram(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.add(out, x[i], 1)
+
+mod = xlakern.load_cuda_inline("zeroed_graph_child", r"""
+#include <cuda_runtime.h>
+__global__ void hist_kernel(const int* x, int* out, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) atomicAdd(&out[x[i]], 1);
+}
+// @xk histogram arg ret stream
+void histogram(const xk::Tensor x, xk::Tensor out, cudaStream_t stream) {
+  hist_kernel<<<(unsigned)((x.numel() + 255) / 256), 256, 0, stream>>>(x.data<int>(), out.data<int>(), x.numel());
+}
+""")
+nk = xlakern.numba_cuda_kernel(histogram, outs=SDS((BINS,), jnp.int32), launch_dims=N, zeroed_outputs=[0])
+ck = lambda x: mod.histogram(x, outs=SDS((BINS,), jnp.int32), zeroed_outputs=[0])
+loops = [jax.jit(lambda x, f=f: jax.lax.scan(lambda c, i: (c, f((x + i) % BINS)), 0, jnp.arange(100))[1])
+         for f in (nk, ck)]
+
+rng = np.random.default_rng()
+
+def check():
+    x = rng.integers(0, BINS, N).astype(np.int32)
+    ref = np.stack([np.bincount((x + i) % BINS, minlength=BINS) for i in range(100)])
+    for loop in loops:
+        np.testing.assert_array_equal(np.asarray(loop(jnp.asarray(x))), ref)
+
+for rep in range(3):  # the first run records the command buffer, later runs replay it
+    check()
+xlakern._runtime.enable_launch_probe(True)
+for rep in range(2):
+    check()
+executions, captured = xlakern._runtime.launch_probe()
+print("probe", executions, captured)
+assert executions <= 2 and captured == executions, (executions, captured)
+print("OK")
+'''
+
+
+@pytest.mark.gpu
+def test_gpu_zeroing_is_captured_into_cuda_graphs_subprocess(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    # XLA_FLAGS must be set before jax initialises, hence a fresh interpreter.
+    script = tmp_path / "zeroed_graph_child.py"
+    script.write_text(ZEROED_GRAPH_CHILD)
+    flags = "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL,WHILE --xla_gpu_graph_min_graph_size=1"
+    env = {**os.environ, "XLAKERN_QUIET": "1", "XLA_FLAGS": flags}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=500,
+                         cwd=os.path.dirname(__file__))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert out.stdout.strip().splitlines()[-1] == "OK"
