@@ -244,6 +244,19 @@ def test_xla_custom_kernel_zeroed_outputs_reaching_no_kernel_is_an_error(rng):
     np.testing.assert_allclose(op(x, outs=[SDS((4,), jnp.float32)])[0], np.asarray(x) + 1, rtol=1e-6)
     with pytest.raises(xlakern.CallError, match="reached no xlakern kernel"):
         op(x, outs=[SDS((4,), jnp.float32)], zeroed_outputs=[0])
+    np.testing.assert_allclose(op(x, outs=[SDS((4,), jnp.float32)], zeroed_outputs=[])[0], np.asarray(x) + 1,
+                               rtol=1e-6)  # nothing to zero: nothing to check
+
+
+@pytest.mark.usefixtures("on_cpu")
+def test_xla_custom_kernel_wrapper_with_its_own_zeroed_outputs_wins(rng):
+    kern = _numba_histogram()
+    op = xlakern.XLACustomKernel(unique_name("zeroed_own"))
+    op.def_numba_kernel(lambda outs, **kw: xlakern.numba_kernel(kern, outs=outs[0], zeroed_outputs=[0]))
+    bins, ref = _bins(rng, 50_000)
+    for zeroed in (None, [0], True):
+        np.testing.assert_array_equal(op(jnp.asarray(bins), outs=[SDS((NBINS,), jnp.int32)],
+                                         zeroed_outputs=zeroed)[0], ref)
 
 
 # ---------------------------------------------------------------- per-element vmap of C++ modules

@@ -185,11 +185,12 @@ def zeroed_mask(who: str, zeroed_outputs: Any, n_outputs: int, aliases: Mapping[
 
     ``None`` takes the value an enclosing :class:`XLACustomKernel` call passes down (else none).
     """
+    inherited = getattr(_inherited_zeroed, "value", None)
+    if inherited is not None:
+        inherited.used = True  # a kernel was called; its own zeroed_outputs, if any, wins
     if zeroed_outputs is None:
-        inherited = getattr(_inherited_zeroed, "value", None)
         if inherited is None:
             return 0
-        inherited.used = True
         zeroed_outputs = inherited.indices
     if callable(zeroed_outputs):
         try:
@@ -233,7 +234,12 @@ def zeroed_mask(who: str, zeroed_outputs: Any, n_outputs: int, aliases: Mapping[
 
 def call_mask(who: str, fixed: int | None, n_outputs: int, aliases: Mapping[int, int] | None) -> int:
     """The zero mask of one call: the wrapper's own (``fixed``), else an enclosing op's, else 0."""
-    return fixed if fixed is not None else zeroed_mask(who, None, n_outputs, aliases)
+    if fixed is None:
+        return zeroed_mask(who, None, n_outputs, aliases)
+    inherited = getattr(_inherited_zeroed, "value", None)
+    if inherited is not None:
+        inherited.used = True  # a kernel was called; the wrapper's own zeroed_outputs wins
+    return fixed
 
 
 def check_aliases(who: str, aliases: Mapping[int, int] | None, n_inputs_hint: int | None,

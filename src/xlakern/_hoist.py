@@ -150,9 +150,9 @@ class KernelSwap:
         func = self.original
         module = func.__globals__
         cells = func.__closure__ or ()
-        needed = any(self._twin(module[n]) is not module[n] for n in self._names if n in module) or any(
-            self._twin(_cell_value(c)) is not _cell_value(c) for c in cells)
         if self._swapped is None:
+            needed = any(self._twin(module[n]) is not module[n] for n in self._names if n in module) or any(
+                self._twin(_cell_value(c)) is not _cell_value(c) for c in cells)
             if not needed:
                 return func
             private = {"__builtins__": module.get("__builtins__", __builtins__), "__name__": module.get("__name__")}

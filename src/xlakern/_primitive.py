@@ -549,7 +549,7 @@ class XLACustomKernel:
         from . import _bridge
 
         try:
-            with _bridge.inherited_zeroed(dict(kwargs).get(_ZEROED)) as zeroed:
+            with _bridge.inherited_zeroed(dict(kwargs).get(_ZEROED) or None) as zeroed:
                 lowered = mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
         except (BackendError, KernelGenerationError):
             raise
