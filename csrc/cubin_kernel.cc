@@ -44,6 +44,20 @@ CUfunction CubinKernel::function_for(CUcontext ctx) const {
   return function;
 }
 
+std::string zero_outputs_on_stream(const std::vector<ArgView>& views, size_t n_inputs,
+                                   int64_t mask, CUstream stream) {
+  if (mask == 0) return {};
+  const CudaDriver& cu = cuda_driver();
+  for (size_t o = 0; o < 64 && n_inputs + o < views.size(); ++o) {
+    const int64_t bytes = byte_size(views[n_inputs + o]);
+    if (!((mask >> o) & 1) || bytes == 0) continue;
+    CUresult rc = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(views[n_inputs + o].data), 0,
+                                     static_cast<size_t>(bytes), stream);
+    if (rc != kCudaSuccess) return cu.describe("cuMemsetD8Async", rc);
+  }
+  return {};
+}
+
 namespace {
 
 std::atomic<bool> probe_on{false};
@@ -67,13 +81,13 @@ ffi::Error kernel_error(const CubinKernel& k, const std::string& what) {
                     "xlakern CUDA kernel '" + k.name + "' failed: " + what);
 }
 
-ffi::ErrorOr<std::unique_ptr<CubinState>> instantiate(std::string_view key) {
+ffi::ErrorOr<std::unique_ptr<CubinState>> instantiate(std::string_view key, int64_t) {
   return instantiate_bridge_state<CubinKernel>(key, "Numba CUDA kernel", "numba_cuda_kernel");
 }
 
 // Loads the module for the stream's context before any execution, so that
 // execute never loads one while XLA is capturing a CUDA graph.
-ffi::Error initialize(CUstream stream, CubinState* state, std::string_view) {
+ffi::Error initialize(CUstream stream, CubinState* state, std::string_view, int64_t) {
   try {
     const CudaDriver& cu = cuda_driver();
     CUcontext ctx = nullptr;
@@ -86,7 +100,8 @@ ffi::Error initialize(CUstream stream, CubinState* state, std::string_view) {
   return ffi::Error::Success();
 }
 
-ffi::Error execute(CUstream stream, CubinState* state, std::string_view, ffi::RemainingArgs args,
+ffi::Error execute(CUstream stream, CubinState* state, std::string_view, int64_t zero,
+                   ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   const CubinKernel& k = *state->kernel;
   thread_local std::vector<ArgView> views;
@@ -104,19 +119,12 @@ ffi::Error execute(CUstream stream, CubinState* state, std::string_view, ffi::Re
     if (probe_on.load(std::memory_order_relaxed)) record_probe(cu, stream);
     const bool empty_launch = k.grid[0] * k.grid[1] * k.grid[2] == 0 ||
                               k.block[0] * k.block[1] * k.block[2] == 0;
-    if (empty_launch || plan.count() == 0) {
-      // Nothing to launch: give the outputs defined contents (XLA does not
-      // clear them) instead of leaving whatever the allocator handed out.
-      for (size_t a = k.n_inputs; a < views.size(); ++a) {
-        int64_t bytes = dtype_size(views[a].dtype);
-        for (int d = 0; d < views[a].rank; ++d) bytes *= views[a].dims[d];
-        if (bytes == 0) continue;
-        CUresult rc = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(views[a].data), 0,
-                                         static_cast<size_t>(bytes), stream);
-        if (rc != kCudaSuccess) return kernel_error(k, cu.describe("cuMemsetD8Async", rc));
-      }
-      return ffi::Error::Success();
-    }
+    // Nothing to launch: give every output defined contents (XLA does not
+    // clear them) instead of whatever the allocator handed out.
+    const bool nothing = empty_launch || plan.count() == 0;
+    problem = zero_outputs_on_stream(views, k.n_inputs, nothing ? -1 : zero, stream);
+    if (!problem.empty()) return kernel_error(k, problem);
+    if (nothing) return ffi::Error::Success();
 
     CUcontext ctx = nullptr;
     CUresult rc = cu.cuStreamGetCtx(stream, &ctx);
@@ -164,17 +172,18 @@ ffi::Error execute(CUstream stream, CubinState* state, std::string_view, ffi::Re
 }
 
 XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
-                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel"));
+                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kInitialize, initialize,
                        ffi::Ffi::BindInitialize()
                            .Ctx<Stream>()
                            .Ctx<ffi::State<CubinState>>()
-                           .Attr<std::string_view>("kernel"));
+                           .Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
                        ffi::Ffi::Bind()
                            .Ctx<Stream>()
                            .Ctx<ffi::State<CubinState>>()
                            .Attr<std::string_view>("kernel")
+                           .Attr<int64_t>("zero")
                            .RemainingArgs()
                            .RemainingRets(),
                        {ffi::Traits::kCmdBufferCompatible});

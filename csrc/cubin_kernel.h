@@ -49,6 +49,12 @@ struct CubinKernel : Kernel {
   mutable std::vector<std::pair<CUcontext, CUfunction>> loaded_;
 };
 
+// Clears output o (views[n_inputs + o], the whole batched buffer) for each
+// bit o set in `mask`, with cuMemsetD8Async on `stream` (so XLA may capture
+// it into a CUDA graph). Returns an empty string or what failed.
+std::string zero_outputs_on_stream(const std::vector<ArgView>& views, size_t n_inputs,
+                                   int64_t mask, CUstream stream);
+
 // A diagnostic for tests: when enabled, execute counts its calls and how many
 // of them ran while XLA was capturing the stream into a CUDA graph (a graph
 // replay launches the kernel without calling the handler at all).

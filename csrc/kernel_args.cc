@@ -57,6 +57,12 @@ int64_t dtype_size(ffi::DataType dtype) {
   return 0;
 }
 
+int64_t byte_size(const ArgView& v) {
+  int64_t bytes = dtype_size(v.dtype);
+  for (int d = 0; d < v.rank; ++d) bytes *= v.dims[d];
+  return bytes;
+}
+
 std::string collect_args(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,
                          std::vector<ArgView>* out) {
   out->clear();

@@ -35,6 +35,9 @@ struct ArgView {
   int rank;
 };
 
+// Bytes of the whole buffer `v` (every batch element).
+int64_t byte_size(const ArgView& v);
+
 // Reads the buffers of a call: inputs first, then outputs.
 // Returns an empty string, or a message naming the array that does not match.
 std::string collect_args(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,

@@ -1,5 +1,6 @@
 #include "numba_cpu.h"
 
+#include <cstring>
 #include <mutex>
 #include <string_view>
 
@@ -19,11 +20,11 @@ ffi::Error kernel_error(const NumbaCpuKernel& k, const std::string& what) {
                     "xlakern Numba kernel '" + k.name + "' failed: " + what);
 }
 
-ffi::ErrorOr<std::unique_ptr<NumbaCpuState>> instantiate(std::string_view key) {
+ffi::ErrorOr<std::unique_ptr<NumbaCpuState>> instantiate(std::string_view key, int64_t) {
   return instantiate_bridge_state<NumbaCpuKernel>(key, "Numba CPU kernel", "numba_kernel");
 }
 
-ffi::Error execute(NumbaCpuState* state, std::string_view, ffi::RemainingArgs args,
+ffi::Error execute(NumbaCpuState* state, std::string_view, int64_t zero, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   const NumbaCpuKernel& k = *state->kernel;
   // Reused per thread: the hot path allocates nothing after the first call.
@@ -36,6 +37,11 @@ ffi::Error execute(NumbaCpuState* state, std::string_view, ffi::RemainingArgs ar
   if (problem.empty()) problem = plan.build(k.specs, k.n_inputs, views);
   if (!problem.empty()) return kernel_error(k, problem);
 
+  // zeroed_outputs: bit o of `zero` clears output o, the whole (batched) buffer, once.
+  for (size_t o = 0; zero != 0 && o < 64 && k.n_inputs + o < views.size(); ++o) {
+    const int64_t bytes = byte_size(views[k.n_inputs + o]);
+    if (((zero >> o) & 1) && bytes > 0) std::memset(views[k.n_inputs + o].data, 0, bytes);
+  }
   dims.clear();
   for (size_t a = 0; a < views.size(); ++a) {
     const int64_t* d = plan.item_dims(views, a);
@@ -70,11 +76,12 @@ ffi::Error execute(NumbaCpuState* state, std::string_view, ffi::RemainingArgs ar
 }
 
 XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
-                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel"));
+                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
                        ffi::Ffi::Bind()
                            .Ctx<ffi::State<NumbaCpuState>>()
                            .Attr<std::string_view>("kernel")
+                           .Attr<int64_t>("zero")
                            .RemainingArgs()
                            .RemainingRets());
 

@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "bridge_state.h"
+#include "cubin_kernel.h"
 #include "cuda_driver.h"
 #include "kernel_args.h"
 #include "python_bridge.h"
@@ -13,12 +14,13 @@ namespace {
 
 using PythonCallableState = BridgeState<PythonCallable>;
 
-ffi::ErrorOr<std::unique_ptr<PythonCallableState>> instantiate(std::string_view key) {
+ffi::ErrorOr<std::unique_ptr<PythonCallableState>> instantiate(std::string_view key, int64_t) {
   return instantiate_bridge_state<PythonCallable>(key, "Python function", "numba_cuda_callable");
 }
 
 ffi::Error execute(CUstream stream, PythonCallableState* state,
-                   std::string_view, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+                   std::string_view, int64_t zero, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets) {
   const PythonCallable& c = *state->kernel;
   std::vector<ArgView> views;
   std::string problem = collect_args(args, rets, &views);
@@ -41,6 +43,13 @@ ffi::Error execute(CUstream stream, PythonCallableState* state,
     }
   }
   if (problem.empty()) {
+    try {  // on XLA's stream, so the Python function's launches see the zeros
+      problem = zero_outputs_on_stream(views, c.n_inputs, zero, stream);
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  if (problem.empty()) {
     std::vector<void*> data;
     for (const auto& v : views) data.push_back(v.data);
     problem = call_python_hook(PythonHook::kRunCallable, c.key, views, data, c.n_inputs,
@@ -54,12 +63,13 @@ ffi::Error execute(CUstream stream, PythonCallableState* state,
 }
 
 XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
-                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel"));
+                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
                        ffi::Ffi::Bind()
                            .Ctx<ffi::PlatformStream<CUstream>>()
                            .Ctx<ffi::State<PythonCallableState>>()
                            .Attr<std::string_view>("kernel")
+                           .Attr<int64_t>("zero")
                            .RemainingArgs()
                            .RemainingRets());
 

@@ -78,7 +78,7 @@ def test_unknown_kernel_key_fails_clearly_instead_of_calling_anything(on_cpu):
     _bridge.ensure_target(_bridge.NUMBA_CPU_TARGET)
     call = jax.ffi.ffi_call(_bridge.NUMBA_CPU_TARGET, SDS((4,), jnp.float32))
     with pytest.raises(Exception, match="has not compiled"):
-        jax.block_until_ready(call(jnp.ones(4, jnp.float32), kernel="0" * 64))
+        jax.block_until_ready(call(jnp.ones(4, jnp.float32), kernel="0" * 64, zero=np.int64(0)))
 
 
 @pytest.mark.gpu

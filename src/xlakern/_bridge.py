@@ -10,15 +10,17 @@ therefore never registers a new FFI target.
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import os
 import re
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from . import _runtime
+from ._codegen import is_control_target
 from .errors import CallError, KernelError, RegistrationError
 
 NUMBA_CPU_TARGET = "xlakern.numba_cpu"
@@ -124,7 +126,7 @@ def _traits(graph_compatible: bool) -> dict[str, Any]:
 
 def registered_targets() -> list[str]:
     """Every FFI target xlakern handed to XLA in this process: modules' and generic ones."""
-    modules = [t for (_, _, _, _, targets) in _runtime.modules() for t in targets]
+    modules = [t for (_, _, _, _, targets) in _runtime.modules() for t in targets if not is_control_target(t)]
     return sorted(modules + list(_registered))
 
 
@@ -210,6 +212,14 @@ def _eager_jitted(cache_key: tuple, make: Callable[[], Any]) -> Any:
 _XLA_STATUS = re.compile(r"[A-Z_]+: ")
 
 
+def _attr_key(value: Any) -> Any:
+    """An attribute as part of a cache key: its repr, so a NaN still finds its entry; an array
+    (mod.fn's control attribute) by its bytes, several times cheaper than NumPy's repr."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.str, value.shape, value.tobytes()
+    return repr(value)
+
+
 def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Mapping[str, Any],
             vmap_method: str | None, input_output_aliases: Mapping[int, int] | None) -> list[Any]:
     """``jax.ffi.ffi_call(target, flat_outs, ...)(*arrays, **attrs)`` as a list of results.
@@ -227,10 +237,10 @@ def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Map
 
     if any(isinstance(x, jax.core.Tracer) for x in arrays):
         return list(make()(*arrays, **attrs))
-    # repr, not the value: a NaN attribute must still find its entry.
     cache_key = (target, tuple((o.shape, o.dtype) for o in flat_outs), vmap_method,
                  tuple(sorted(aliases.items())) if aliases else None,
-                 tuple(sorted((k, type(v).__name__, repr(v)) for k, v in attrs.items())))
+                 tuple(sorted((k, type(v).__name__, _attr_key(v)) for k, v in attrs.items())))
+
     def make_jitted() -> Any:  # the ffi_call is built only on a miss: a hit does no work but the lookup
         fn = make()
         return jax.jit(lambda *a: fn(*a, **attrs))
@@ -248,13 +258,106 @@ def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Map
 
 
 def call(target: str, key: str, arrays: Sequence[Any], flat_outs: list[Any], treedef: Any,
-         vmap_method: str | None, input_output_aliases: Mapping[int, int] | None) -> Any:
-    """One call of a bridge target for the kernel registered under ``key``, shaped like ``outs``."""
+         vmap_method: str | None, input_output_aliases: Mapping[int, int] | None, zero_mask: int = 0) -> Any:
+    """One call of a bridge target for the kernel registered under ``key``, shaped like ``outs``.
+
+    ``zero_mask`` (see :func:`zeroed_mask`) names the outputs the handler clears before the kernel.
+    """
     import jax
 
     ensure_target(target)
-    results = run_ffi(target, flat_outs, arrays, {"kernel": key}, vmap_method, input_output_aliases)
+    results = run_ffi(target, flat_outs, arrays, {"kernel": key, "zero": np.int64(zero_mask)}, vmap_method,
+                      input_output_aliases)
     return jax.tree.unflatten(treedef, results)
+
+
+# A bit per output in an int64 attribute; bit 63 is left alone so the mask stays non-negative.
+MAX_ZEROED_OUTPUT = 62
+_inherited_zeroed = threading.local()  # set by XLACustomKernel while it traces a generated function
+
+
+class _Inherited:
+    def __init__(self, indices: tuple[int, ...]):
+        self.indices = indices
+        self.used = False  # whether a kernel call took the value
+
+
+@contextlib.contextmanager
+def inherited_zeroed(indices: tuple[int, ...] | None) -> Iterator[_Inherited | None]:
+    """Within the block, kernel calls given no ``zeroed_outputs`` of their own zero ``indices``."""
+    if indices is None:
+        yield None
+        return
+    previous = getattr(_inherited_zeroed, "value", None)
+    _inherited_zeroed.value = state = _Inherited(indices)
+    try:
+        yield state
+    finally:
+        _inherited_zeroed.value = previous
+
+
+def zeroed_mask(who: str, zeroed_outputs: Any, n_outputs: int, aliases: Mapping[int, int] | None,
+                params: Mapping[str, Any] | None = None) -> int:
+    """``zeroed_outputs`` (indices, ``True`` for all, or a callable of the call's static
+    parameters returning indices) as a bit mask of outputs, checked against ``aliases``.
+
+    ``None`` takes the value an enclosing :class:`XLACustomKernel` call passes down (else none).
+    """
+    inherited = getattr(_inherited_zeroed, "value", None)
+    if inherited is not None:
+        inherited.used = True  # a kernel was called; its own zeroed_outputs, if any, wins
+    if zeroed_outputs is None:
+        if inherited is None:
+            return 0
+        zeroed_outputs = inherited.indices
+    if callable(zeroed_outputs):
+        try:
+            zeroed_outputs = zeroed_outputs(dict(params or {}))
+        except Exception as e:
+            raise CallError(f"{who}: zeroed_outputs(params) raised {type(e).__name__}: {e}; it is called with a "
+                            f"dict of the call's static parameters and returns output indices") from e
+    if zeroed_outputs is True:
+        indices = list(range(n_outputs))
+    elif zeroed_outputs is False:
+        indices = []
+    elif isinstance(zeroed_outputs, (int, np.integer)):
+        indices = [zeroed_outputs]
+    else:
+        try:
+            indices = list(zeroed_outputs)
+        except TypeError:
+            raise CallError(f"{who}: zeroed_outputs must be output indices, True (all outputs) or a callable "
+                            f"returning indices; got {zeroed_outputs!r}") from None
+    aliased = {int(o): int(i) for i, o in (aliases or {}).items()}
+    mask = 0
+    for index in indices:
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise CallError(f"{who}: zeroed_outputs entry {index!r} is not an output index (an int)")
+        o = int(index)
+        if not 0 <= o < n_outputs:
+            raise CallError(f"{who}: zeroed_outputs names output {o}, but the call has {n_outputs} output(s) "
+                            f"(indices 0 to {n_outputs - 1})")
+        if o > MAX_ZEROED_OUTPUT:
+            raise CallError(f"{who}: zeroed_outputs names output {o}; only outputs 0 to {MAX_ZEROED_OUTPUT} can be "
+                            f"zeroed. Clear later outputs in the kernel")
+        if mask >> o & 1:
+            raise CallError(f"{who}: zeroed_outputs names output {o} twice; name each output once")
+        if o in aliased:
+            raise CallError(f"{who}: output {o} is named by zeroed_outputs and aliases input {aliased[o]} "
+                            f"(input_output_aliases): an aliased output starts with the input's contents and is "
+                            f"never zeroed. Remove {o} from zeroed_outputs, or pass zeros as input {aliased[o]}")
+        mask |= 1 << o
+    return mask
+
+
+def call_mask(who: str, fixed: int | None, n_outputs: int, aliases: Mapping[int, int] | None) -> int:
+    """The zero mask of one call: the wrapper's own (``fixed``), else an enclosing op's, else 0."""
+    if fixed is None:
+        return zeroed_mask(who, None, n_outputs, aliases)
+    inherited = getattr(_inherited_zeroed, "value", None)
+    if inherited is not None:
+        inherited.used = True  # a kernel was called; the wrapper's own zeroed_outputs wins
+    return fixed
 
 
 def check_aliases(who: str, aliases: Mapping[int, int] | None, n_inputs_hint: int | None,

@@ -17,18 +17,37 @@ from typing import Sequence
 
 from ._spec import ATTR_TYPES, EntryPoint
 
-GLUE_ABI_VERSION = 1
+GLUE_ABI_VERSION = 2  # 2: a second handler per entry point, with the xlakern_ctl attribute
+
+# The attribute of the control handlers: [zero mask, unbatched rank of each buffer].
+CONTROL_ATTR = "xlakern_ctl"
 
 
 def handler_symbol(entry_name: str) -> str:
     return f"xk_ffi_{entry_name}"
 
 
+def control_handler_symbol(entry_name: str) -> str:
+    """The handler ``mod.fn(...)`` calls: zeroed outputs and per-element vmap (see ffi_glue.h)."""
+    return f"xk_ctl_{entry_name}"
+
+
+def control_target(target: str) -> str:
+    return f"{target}.xk"
+
+
+def is_control_target(target: str) -> bool:
+    """Whether ``target`` is the control twin ``mod.fn`` calls (not listed to users)."""
+    return target.endswith(".xk")
+
+
 def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bool) -> str:
+def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bool, control: bool) -> str:
+    """One handler of ``entry``: the plain one (the target's exact attribute interface, for raw
+    ``jax.ffi.ffi_call``), or with ``control`` the one ``mod.fn(...)`` calls."""
     impl_params: list[str] = []
     call_args: list[str] = []
     binding: list[str] = []
@@ -38,47 +57,65 @@ def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bo
     else:
         binding.append(".Ctx<ffi::ThreadPool>()")
         impl_params.append("ffi::ThreadPool xk_pool")
+    buffers: list[str] = []
     n_arg = n_ret = 0
     for p in entry.params:
         if p.kind == "arg":
             binding.append(".Arg<ffi::AnyBuffer>()")
             impl_params.append(f"ffi::AnyBuffer a{n_arg}")
-            call_args.append(f'::xk::detail::to_tensor(a{n_arg}, "input", {n_arg})')
+            view = f'::xk::detail::to_tensor(a{n_arg}, "input", {n_arg})'
+            buffers.append(f"&a{n_arg}")
             n_arg += 1
         elif p.kind == "ret":
             binding.append(".Ret<ffi::AnyBuffer>()")
             impl_params.append(f"ffi::Result<ffi::AnyBuffer> r{n_ret}")
-            call_args.append(f'::xk::detail::to_tensor(*r{n_ret}, "output", {n_ret})')
+            view = f'::xk::detail::to_tensor(*r{n_ret}, "output", {n_ret})'
+            buffers.append(f"&*r{n_ret}")
             n_ret += 1
         elif p.kind == "attr":
             cpp = ATTR_TYPES[p.attr_type][0]
             binding.append(f'.Attr<{cpp}>({_c_string(p.attr_name)})')
             impl_params.append(f"{cpp} attr_{p.attr_name}")
             call_args.append(f"attr_{p.attr_name}")
+            continue
         else:  # stream
-            if "cudaStream_t" in p.cpp_type:
-                call_args.append("xk_stream")
-            else:
-                call_args.append("reinterpret_cast<int64_t>(xk_stream)")
+            call_args.append("xk_stream" if "cudaStream_t" in p.cpp_type else "reinterpret_cast<int64_t>(xk_stream)")
+            continue
+        call_args.append(f"xk_loop.tensor({len(buffers) - 1}, xk_b)" if control else view)
     target = f"{module}.{entry.name}"
-    if platform == "cuda":
-        body = f"{entry.name}({', '.join(call_args)});"
+    call = f"{entry.name}({', '.join(call_args)});"
+    if control:
+        binding.append(f'.Attr<ffi::Span<const int64_t>>("{CONTROL_ATTR}")')
+        impl_params.append("ffi::Span<const int64_t> xk_ctl")
+        if platform == "cuda":
+            clear = ("xk_loop.zero_outputs({n}, [&](void* p, size_t bytes) {{\n"
+                     "      const int rc = cudaMemsetAsync(p, 0, bytes, xk_stream);\n"
+                     "      if (rc != 0) throw ::xk::Error(\"zeroed_outputs: cudaMemsetAsync failed with CUDA error \" + "
+                     "std::to_string(rc));\n    }});").format(n=n_arg)
+        else:
+            clear = f"xk_loop.zero_outputs({n_arg}, [](void* p, size_t bytes) {{ std::memset(p, 0, bytes); }});"
+        body = (f"const std::array<const ffi::AnyBuffer*, {len(buffers)}> xk_bufs = {{{{{', '.join(buffers)}}}}};\n"
+                f"    const ::xk::detail::ElementLoop<{len(buffers)}> xk_loop(xk_ctl, xk_bufs, {n_arg});\n"
+                f"    {clear}\n"
+                f"    for (int64_t xk_b = 0; xk_b < xk_loop.count(); ++xk_b) {call}")
+        symbol, impl = control_handler_symbol(entry.name), f"xk_ctl_impl_{entry.name}"
     else:
-        body = (
-            "::xk::detail::FfiThreadPool pool(xk_pool);\n"
-            "    ::xk::detail::ThreadPoolScope scope(pool.ref());\n"
-            f"    {entry.name}({', '.join(call_args)});"
-        )
+        body = call
+        symbol, impl = handler_symbol(entry.name), f"xk_impl_{entry.name}"
+    if platform != "cuda":
+        body = ("::xk::detail::FfiThreadPool pool(xk_pool);\n"
+                "    ::xk::detail::ThreadPoolScope scope(pool.ref());\n"
+                f"    {body}")
     traits = ", {ffi::Traits::kCmdBufferCompatible}" if (platform == "cuda" and allow_cuda_graph) else ""
     sep = "\n        "
     return f"""
-// {target}: {entry.spec}   ({entry.source}, line {entry.line})
-static ffi::Error xk_impl_{entry.name}({', '.join(impl_params)}) {{
+// {control_target(target) if control else target}: {entry.spec}   ({entry.source}, line {entry.line})
+static ffi::Error {impl}({', '.join(impl_params)}) {{
   return ::xk::detail::guarded_call({_c_string(target)}, [&] {{
     {body}
   }});
 }}
-XLA_FFI_DEFINE_HANDLER_SYMBOL({handler_symbol(entry.name)}, xk_impl_{entry.name},
+XLA_FFI_DEFINE_HANDLER_SYMBOL({symbol}, {impl},
     ffi::Ffi::Bind(){sep}{sep.join(binding)}{traits});
 """
 
@@ -91,7 +128,11 @@ def _declaration(entry: EntryPoint) -> str:
 def generate_glue(module: str, entries: Sequence[EntryPoint], platform: str, *, allow_cuda_graph: bool) -> str:
     """The C++ source of the handler translation unit of one module."""
     decls = "\n".join(_declaration(e) for e in entries)
-    handlers = "".join(_handler(module, e, platform, allow_cuda_graph) for e in entries)
+    handlers = "".join(_handler(module, e, platform, allow_cuda_graph, control)
+                       for e in entries for control in (False, True))
+    # The CUDA runtime the module links (nvcc -cudart static), declared as cuda_runtime_api.h
+    # does, so the host-compiled handlers need no CUDA headers.
+    memset = 'extern "C" int cudaMemsetAsync(void*, int, size_t, cudaStream_t);\n' if platform == "cuda" else ""
     return f"""// Generated by xlakern for module '{module}' ({platform}). Do not edit.
 #include <cstdint>
 #include "xlakern/ffi_glue.h"
@@ -101,5 +142,6 @@ namespace ffi = ::xla::ffi;
 // The user's entry points (defined in their own translation units).
 {decls}
 
+{memset}
 XK_EXPORT int xk_glue_abi_version() {{ return {GLUE_ABI_VERSION}; }}
 {handlers}"""

@@ -130,7 +130,20 @@ class CompiledFunction:
         return f"<xlakern function {self.target}: {self.entry.spec}>"
 
     def __call__(self, *arrays: Any, outs: Any, vmap_method: str | None = None,
-                 input_output_aliases: Mapping[int, int] | None = None, **attrs: Any) -> Any:
+                 input_output_aliases: Mapping[int, int] | None = None, zeroed_outputs: Any = None,
+                 **attrs: Any) -> Any:
+        """Call the entry point on JAX arrays; ``outs`` describes the outputs, keywords are its attributes.
+
+        ``zeroed_outputs`` (output indices, ``True`` for all, or a callable of the attribute
+        dict returning indices) clears those outputs inside the same FFI call before the entry
+        point runs (``memset`` on the CPU, ``cudaMemsetAsync`` on XLA's stream on the GPU).
+        With ``vmap_method="broadcast_all"`` or ``"expand_dims"``, a batched call runs the entry
+        point once per batch element, each time on tensors of the shapes it was traced with.
+
+        Example::
+
+            counts = mod.histogram(x, outs=jax.ShapeDtypeStruct((64,), jnp.int32), zeroed_outputs=[0])
+        """
         import jax
 
         e = self.entry
@@ -156,7 +169,12 @@ class CompiledFunction:
             raise CallError(f"{self.target}: {'; '.join(parts)}. It takes: "
                             f"{', '.join(f'{n}: {t}' for n, t in declared.items()) or 'no attributes'}")
         values = {n: _coerce_attr(self.target, n, declared[n], v) for n, v in attrs.items()}
-        results = _bridge.run_ffi(self.target, [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
+        # The control target: zeroed outputs, and the traced (unbatched) ranks for per-element vmap.
+        zero = _bridge.zeroed_mask(self.target, zeroed_outputs, len(flat_outs), input_output_aliases, attrs)
+        values[_codegen.CONTROL_ATTR] = np.array(
+            [zero, *(len(x.shape) for x in arrays), *(len(o.shape) for o in flat_outs)], np.int64)
+        results = _bridge.run_ffi(_codegen.control_target(self.target),
+                                  [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
                                   arrays, values, vmap_method, input_output_aliases)
         return jax.tree.unflatten(treedef, list(results))
 
@@ -234,8 +252,13 @@ def _register(name: str, key: str, lib: "_cache.VerifiedLibrary", platform: str,
     if not fresh:
         return
     try:
-        handlers = [(f"{name}.{e.name}", _runtime.handler_capsule(name, _codegen.handler_symbol(e.name)), {})
-                    for e in entries]
+        handlers = []
+        for e in entries:
+            target = f"{name}.{e.name}"
+            handlers.append((target, _runtime.handler_capsule(name, _codegen.handler_symbol(e.name)), {}))
+            # mod.fn(...) calls the control target; the plain one keeps the arg_spec's exact attributes.
+            handlers.append((_codegen.control_target(target),
+                             _runtime.handler_capsule(name, _codegen.control_handler_symbol(e.name)), {}))
     except RuntimeError as exc:
         _runtime.forget(name)  # XLA has seen nothing of it yet
         raise RegistrationError(f"module '{name}' cannot be registered: {exc}. Delete the build with "

@@ -208,7 +208,7 @@ class NumbaKernel:
     """A Numba CPU kernel as a function of JAX arrays; made by :func:`numba_kernel`."""
 
     def __init__(self, kernel: Any, outs: Any, vmap_method: str | None,
-                 input_output_aliases: Mapping[int, int] | None):
+                 input_output_aliases: Mapping[int, int] | None, zeroed_outputs: Any = None):
         self.kernel = kernel
         self.__name__ = getattr(kernel, "__name__", "kernel")
         self.outs = outs
@@ -218,6 +218,9 @@ class NumbaKernel:
         self._n_inputs = _bridge.count_inputs(kernel.py_func, len(self._flat_outs), f"numba_kernel({self.__name__})")
         _bridge.check_aliases(f"numba_kernel({self.__name__})", self.input_output_aliases, self._n_inputs,
                               self._flat_outs)
+        self.zeroed_outputs = zeroed_outputs
+        self._zero_mask = None if zeroed_outputs is None else _bridge.zeroed_mask(
+            f"numba_kernel({self.__name__})", zeroed_outputs, len(self._flat_outs), self.input_output_aliases)
         self._entries: dict[tuple, _Cfunc] = {}
 
     def __repr__(self) -> str:
@@ -235,12 +238,13 @@ class NumbaKernel:
         if entry is None:
             entry = _kernel_entry(self.kernel, spec[0], spec[1], len(arrays))
             self._entries[spec] = entry
+        zero = _bridge.call_mask(who, self._zero_mask, len(self._flat_outs), self.input_output_aliases)
         return _bridge.call(_bridge.NUMBA_CPU_TARGET, entry.key, arrays, self._flat_outs, self._treedef,
-                            self.vmap_method, self.input_output_aliases)
+                            self.vmap_method, self.input_output_aliases, zero)
 
 
 def numba_kernel(kernel: Any, outs: Any, *, vmap_method: str | None = None,
-                 input_output_aliases: Mapping[int, int] | None = None) -> NumbaKernel:
+                 input_output_aliases: Mapping[int, int] | None = None, zeroed_outputs: Any = None) -> NumbaKernel:
     """Wrap an ``@numba.njit`` kernel as a JAX operation on CPU arrays.
 
     The kernel takes its inputs, then one array per output, and writes the outputs in place.
@@ -253,6 +257,12 @@ def numba_kernel(kernel: Any, outs: Any, *, vmap_method: str | None = None,
     inside one call. A kernel that raises makes the call raise :class:`KernelError` naming it.
     Parallel kernels (``parallel=True``, ``numba.prange``) get a thread-safe Numba threading
     layer when one is available; otherwise they run one at a time.
+
+    XLA hands kernels uninitialised output buffers. ``zeroed_outputs`` (output indices,
+    ``True`` for all, or a callable of a dict of static parameters, here empty, returning
+    indices) makes the handler ``memset`` those outputs to zero inside the same call, before
+    the kernel runs: what a histogram or scatter-add needs. Under vmap the whole batched
+    buffer is cleared once. An output cannot be both zeroed and aliased to an input.
 
     Example::
 
@@ -268,7 +278,7 @@ def numba_kernel(kernel: Any, outs: Any, *, vmap_method: str | None = None,
         what = type(kernel).__name__
         hint = " (a @cuda.jit kernel: use numba_cuda_kernel)" if hasattr(kernel, "targetoptions") else ""
         raise CallError(f"numba_kernel needs an @numba.njit function; got {what}{hint}")
-    return NumbaKernel(kernel, outs, vmap_method, input_output_aliases)
+    return NumbaKernel(kernel, outs, vmap_method, input_output_aliases, zeroed_outputs)
 
 
 def numba_kernel_cache_info() -> dict[str, int]:

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _bridge, _runtime
 from ._fingerprint import fingerprint_dispatcher
-from ._hoist import without_body_imports
+from ._hoist import KernelSwap, without_body_imports
 from .errors import CallError, SpecError
 
 NUMBA_CUDA_DTYPES = frozenset(
@@ -251,7 +251,8 @@ class NumbaCudaKernel:
     """A ``@cuda.jit`` kernel as a function of JAX GPU arrays; made by :func:`numba_cuda_kernel`."""
 
     def __init__(self, kernel: Any, outs: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
-                 shared_mem: int, vmap_method: str | None, input_output_aliases: Mapping[int, int] | None):
+                 shared_mem: int, vmap_method: str | None, input_output_aliases: Mapping[int, int] | None,
+                 zeroed_outputs: Any = None):
         self.kernel = kernel
         self.__name__ = getattr(kernel, "__name__", "kernel")
         self.grid, self.block, self.shared_mem = grid, block, shared_mem
@@ -261,6 +262,10 @@ class NumbaCudaKernel:
         self._n_inputs = _bridge.count_inputs(kernel.py_func, len(self._flat_outs), who)
         self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
         _bridge.check_aliases(who, self.input_output_aliases, self._n_inputs, self._flat_outs)
+        self.zeroed_outputs = zeroed_outputs
+        self._zero_mask = None if zeroed_outputs is None else _bridge.zeroed_mask(
+            who, zeroed_outputs, len(self._flat_outs), self.input_output_aliases,
+            {"grid": grid, "block": block, "shared_mem": shared_mem})
         self._entries: dict[tuple, _CudaEntry] = {}
 
     def __repr__(self) -> str:
@@ -276,13 +281,15 @@ class NumbaCudaKernel:
         if entry is None:
             entry = _cuda_entry(self.kernel, spec[0], spec[1], len(arrays), self.grid, self.block, self.shared_mem)
             self._entries[spec] = entry
+        zero = _bridge.call_mask(who, self._zero_mask, len(self._flat_outs), self.input_output_aliases)
         return _bridge.call(_bridge.CUDA_IMAGE_TARGET, entry.key, arrays, self._flat_outs, self._treedef,
-                            self.vmap_method, self.input_output_aliases)
+                            self.vmap_method, self.input_output_aliases, zero)
 
 
 def numba_cuda_kernel(kernel: Any, outs: Any, *, grid: Any = None, block: Any = None, launch_dims: Any = None,
                       threads_per_block: int = 256, shared_mem: int = 0, vmap_method: str | None = None,
-                      input_output_aliases: Mapping[int, int] | None = None) -> NumbaCudaKernel:
+                      input_output_aliases: Mapping[int, int] | None = None,
+                      zeroed_outputs: Any = None) -> NumbaCudaKernel:
     """Wrap a ``@cuda.jit`` kernel as a JAX operation on GPU arrays, launched from C++.
 
     Give either ``grid`` and ``block`` (ints or tuples of up to 3), or ``launch_dims`` (total
@@ -291,6 +298,11 @@ def numba_cuda_kernel(kernel: Any, outs: Any, *, grid: Any = None, block: Any = 
     has the structure of ``outs``. Launches run on XLA's stream with no Python per call and can
     be captured into CUDA graphs. With ``vmap_method="broadcast_all"`` (or ``"expand_dims"``),
     a batched call launches the kernel once per batch element, all from one FFI call.
+
+    ``zeroed_outputs`` (output indices, ``True`` for all, or a callable of
+    ``{"grid", "block", "shared_mem"}`` returning indices) clears those outputs with
+    ``cuMemsetD8Async`` on XLA's stream before the launch, inside the same FFI call (so CUDA
+    graphs capture it too): what ``cuda.atomic.add`` into an output needs.
 
     Example::
 
@@ -307,12 +319,19 @@ def numba_cuda_kernel(kernel: Any, outs: Any, *, grid: Any = None, block: Any = 
     if not _is_cuda_dispatcher(kernel):
         hint = " (an @numba.njit kernel: use numba_kernel)" if hasattr(kernel, "targetoptions") else ""
         raise CallError(f"numba_cuda_kernel needs a @numba.cuda.jit kernel; got {type(kernel).__name__}{hint}")
-    return NumbaCudaKernel(kernel, outs, g, b, smem, vmap_method, input_output_aliases)
+    return NumbaCudaKernel(kernel, outs, g, b, smem, vmap_method, input_output_aliases, zeroed_outputs)
 
 
 # --------------------------------------------------------------------------- Python callables
 
 _CALLABLES: dict[str, Any] = {}  # key -> function; kept for the life of the process, like its FFI state
+
+
+def _hoisted_twin(value: Any) -> Any:
+    """A ``@cuda.jit`` kernel with body imports as its hoisted twin; anything else as it is."""
+    if not _is_cuda_dispatcher(value):
+        return value
+    return without_body_imports(value, lambda fn: import_numba_cuda().jit(**dict(value.targetoptions))(fn))
 _streams: dict[int, Any] = {}
 _contexts: dict[int, Any] = {}
 
@@ -376,7 +395,7 @@ class NumbaCudaCallable:
     """A Python function of Numba device arrays and a stream, as a JAX operation; see :func:`numba_cuda_callable`."""
 
     def __init__(self, func: Any, outs: Any, vmap_method: str | None,
-                 input_output_aliases: Mapping[int, int] | None):
+                 input_output_aliases: Mapping[int, int] | None, zeroed_outputs: Any = None):
         self.func = func
         self.__name__ = getattr(func, "__name__", type(func).__name__)
         who = f"numba_cuda_callable({self.__name__})"
@@ -385,7 +404,11 @@ class NumbaCudaCallable:
         self.vmap_method = vmap_method
         self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
         _bridge.check_aliases(who, self.input_output_aliases, self._n_inputs, self._flat_outs)
+        self.zeroed_outputs = zeroed_outputs
+        self._zero_mask = None if zeroed_outputs is None else _bridge.zeroed_mask(
+            who, zeroed_outputs, len(self._flat_outs), self.input_output_aliases)
         self._keys: dict[int, str] = {}
+        self._swap = KernelSwap(func, _hoisted_twin)  # kernels that import inside their bodies
 
     def __call__(self, *arrays: Any) -> Any:
         who = f"numba_cuda_callable({self.__name__})"
@@ -396,22 +419,28 @@ class NumbaCudaCallable:
         key = self._keys.get(len(arrays))
         if key is None:
             key = f"python:{id(self.func):x}:{len(arrays)}"
-            _CALLABLES[key] = self.func
             _runtime.register_python_callable(key, self.__name__, len(arrays))
             self._keys[len(arrays)] = key
+        # At trace time (and per eager call), never per execution: the runtime runs what is stored here.
+        _CALLABLES[key] = self._swap.function()
+        zero = _bridge.call_mask(who, self._zero_mask, len(self._flat_outs), self.input_output_aliases)
         return _bridge.call(_bridge.PYTHON_CALLABLE_TARGET, key, arrays, self._flat_outs, self._treedef,
-                            self.vmap_method, self.input_output_aliases)
+                            self.vmap_method, self.input_output_aliases, zero)
 
 
 def numba_cuda_callable(func: Any, outs: Any, *, vmap_method: str | None = None,
-                        input_output_aliases: Mapping[int, int] | None = None) -> NumbaCudaCallable:
+                        input_output_aliases: Mapping[int, int] | None = None,
+                        zeroed_outputs: Any = None) -> NumbaCudaCallable:
     """Wrap a Python function that launches Numba CUDA kernels as a JAX operation.
 
     ``func(*inputs, *outputs, stream)`` receives Numba device arrays aliasing XLA's buffers
     (zero copy) and XLA's stream as a Numba stream; it may launch several kernels on that
     stream and allocate temporaries. It runs in Python on every call, so it is slower than
     :func:`numba_cuda_kernel` and is never captured into CUDA graphs. An exception inside
-    ``func`` makes the call fail with an error naming it.
+    ``func`` makes the call fail with an error naming it. ``zeroed_outputs`` (indices,
+    ``True``, or a callable of an empty dict) clears those outputs on XLA's stream before
+    ``func`` runs. Kernels ``func`` launches may ``import`` inside their bodies: xlakern runs
+    ``func`` with such kernels replaced by hoisted twins (the module's globals are untouched).
 
     Example::
 
@@ -424,4 +453,4 @@ def numba_cuda_callable(func: Any, outs: Any, *, vmap_method: str | None = None,
     """
     if not callable(func):
         raise CallError(f"numba_cuda_callable needs a Python function; got {type(func).__name__}")
-    return NumbaCudaCallable(func, outs, vmap_method, input_output_aliases)
+    return NumbaCudaCallable(func, outs, vmap_method, input_output_aliases, zeroed_outputs)

@@ -409,6 +409,12 @@ class XLACustomKernel:
         its structure. ``kwargs`` must be hashable; they are static (part of the compiled
         program) and reach the generator.
 
+        ``zeroed_outputs=`` (output indices, ``True``, or a callable of the other kwargs
+        returning indices) does not reach the generator: every xlakern kernel the generated
+        function calls without a ``zeroed_outputs`` of its own (``numba_kernel``,
+        ``numba_cuda_kernel``, ``numba_cuda_callable``, ``mod.fn``) zeroes those outputs inside
+        its own FFI call. A generated function that calls no xlakern kernel is an error.
+
         Example::
 
             y, = op(x, outs=[jax.ShapeDtypeStruct(x.shape, x.dtype)], alpha=0.1)
@@ -420,6 +426,8 @@ class XLACustomKernel:
         if not flat:
             raise _call_error(f"{self.name}: outs= must describe at least one output (jax.ShapeDtypeStruct)")
         structs = tuple(_struct(o, self.name, i) for i, o in enumerate(flat))
+        if kwargs.get(_ZEROED) is not None:
+            kwargs[_ZEROED] = _zeroed_indices(self.name, kwargs[_ZEROED], len(structs), kwargs)
         for k, v in kwargs.items():
             if isinstance(v, _core().Tracer):
                 raise _call_error(
@@ -485,6 +493,7 @@ class XLACustomKernel:
                 f"or xlakern.config.set_backend('{platform}', '{others[0]}'))")
 
     def _generated_function(self, platform: str, backend: str, outs: tuple, kwargs: tuple) -> Callable:
+        kwargs = tuple(kv for kv in kwargs if kv[0] != _ZEROED)  # for the kernels, not the generator
         key = (platform, backend, outs, kwargs)
         with self._lock:
             fn = self._generated.get(key)
@@ -537,13 +546,23 @@ class XLACustomKernel:
         fn = self._checked(self._generated_function(platform, name, outs, kwargs), outs, platform, name)
         for size, dims in batch:  # innermost level first
             fn = _batched(fn, dims, loop=self.batching == "loop")
+        from . import _bridge
+
         try:
-            return mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
+            with _bridge.inherited_zeroed(dict(kwargs).get(_ZEROED) or None) as zeroed:
+                lowered = mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
         except (BackendError, KernelGenerationError):
             raise
         except Exception as e:
             raise _rewrap(e, f"{self.name}: tracing the '{name}' kernel for '{platform}' failed: "
                              f"{type(e).__name__}: {e}. {self._alternatives(platform, name)}") from e
+        if zeroed is not None and not zeroed.used:
+            raise _call_error(
+                f"{self.name}: zeroed_outputs={zeroed.indices} reached no xlakern kernel: the '{name}' kernel for "
+                f"'{platform}' called no numba_kernel / numba_cuda_kernel / numba_cuda_callable / mod.fn while it "
+                f"was traced (a jax.jit-ed function may reuse an earlier trace). Zero the outputs in that kernel, "
+                f"or pass zeroed_outputs to the wrapper its generator builds")
+        return lowered
 
     def _rule_kwargs(self, outs, backend, kwargs) -> dict:
         return {"outs": list(outs), "backend": backend, **dict(kwargs)}
@@ -676,6 +695,21 @@ class XLACustomKernel:
         for i, r in zip(lin, res):
             out[i] = r
         return out
+
+
+_ZEROED = "zeroed_outputs"
+
+
+def _zeroed_indices(op: str, value: Any, n_outputs: int, kwargs: dict) -> tuple[int, ...]:
+    """``zeroed_outputs`` of an op call as a checked tuple of output indices (a static param)."""
+    from . import _bridge
+
+    if callable(value):
+        params = {k: v for k, v in kwargs.items() if k != _ZEROED}
+        mask = _bridge.zeroed_mask(op, value, n_outputs, None, params)
+    else:
+        mask = _bridge.zeroed_mask(op, value, n_outputs, None)
+    return tuple(o for o in range(n_outputs) if mask >> o & 1)
 
 
 def _transpose_level(fn: Callable, dims: tuple, nout: int, lin: list, dfn: list) -> Callable:
