@@ -42,6 +42,10 @@ class CallError(XlakernError, TypeError):
     """A compiled function was called with the wrong arrays, outputs or attributes."""
 
 
+class OptionError(XlakernError, TypeError):
+    """A loader was given a keyword option it does not take (message names the closest one)."""
+
+
 __all__ = [
     "XlakernError",
     "SpecError",
@@ -50,4 +54,5 @@ __all__ = [
     "RegistrationError",
     "KernelError",
     "CallError",
+    "OptionError",
 ]
