@@ -113,7 +113,6 @@ class _DiskCache:
 
     def __init__(self, key: str):
         self.key = key
-        self.hit = False
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
         payload = _numba_store.load(_numba_store.CPU_KIND, self.key)
@@ -129,7 +128,6 @@ class _DiskCache:
         except Exception as e:  # written by another Numba, or it imports what is gone: compile
             logging.getLogger("xlakern").info("xlakern: Numba cache entry %s unusable (%s)", self.key[:12], e)
             return None
-        self.hit = True
         return cres
 
     def save_overload(self, sig: Any, cres: Any) -> None:
@@ -158,7 +156,7 @@ def _disk_key(fp: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs
     from numba.core import registry
 
     codegen = registry.cpu_target.target_context.codegen()
-    options = (numba.config.OPT, numba.config.BOUNDSCHECK, numba.config.DEBUGINFO_DEFAULT)
+    options = tuple(getattr(numba.config, n, None) for n in ("OPT", "BOUNDSCHECK", "DEBUGINFO_DEFAULT"))
     return _numba_store.disk_key(_numba_store.CPU_KIND, _ENTRY_VERSION, codegen.magic_tuple(), options,
                                  fp.digest, dtypes, ranks, n_inputs)
 

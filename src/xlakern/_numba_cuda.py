@@ -201,6 +201,15 @@ def _gpu_compute_capability() -> tuple[int, int] | None:
     return ccs.pop() if len(ccs) == 1 else None
 
 
+def _numba_cuda_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("numba-cuda")
+    except metadata.PackageNotFoundError:  # the numba.cuda that ships inside numba
+        return "numba-builtin"
+
+
 def _encode_image(image: KernelImage) -> bytes:
     return json.dumps({"kind": image.kind, "entry": image.entry}).encode() + b"\n" + image.data
 
@@ -215,9 +224,10 @@ def cached_kernel_image(kernel: Any, fp: Fingerprint, dtypes: tuple[str, ...], r
                         cc: tuple[int, int] | None, prefer: str | None = None) -> KernelImage:
     """:func:`kernel_image` of ``kernel`` for C-contiguous arrays, through xlakern's cache.
 
-    A kernel with a portable fingerprint is compiled once per machine: its cubin (or PTX when
-    ``cc`` is None, or with ``prefer="ptx"``) and entry name are stored under a key of its content, the signature, the
-    target and the Numba versions, and a later process loads them without Numba's compiler.
+    A kernel with a portable fingerprint is compiled once per machine: its cubin (PTX when
+    ``cc`` is None or ``prefer="ptx"``) and entry name are stored under a key of its content,
+    the signature, the target and the Numba versions, and a later process loads them without
+    Numba's compiler.
 
     Example::
 
@@ -226,9 +236,7 @@ def cached_kernel_image(kernel: Any, fp: Fingerprint, dtypes: tuple[str, ...], r
     prefer = prefer or ("cubin" if cc else "ptx")
     key = None
     if fp.portable:
-        import numba_cuda
-
-        key = _numba_store.disk_key(_numba_store.CUDA_KIND, _ENTRY_VERSION, numba_cuda.__version__, fp.digest,
+        key = _numba_store.disk_key(_numba_store.CUDA_KIND, _ENTRY_VERSION, _numba_cuda_version(), fp.digest,
                                     dtypes, ranks, cc, prefer)
         payload = _numba_store.load(_numba_store.CUDA_KIND, key)
         if payload is not None:
