@@ -25,6 +25,15 @@ class _Unfingerprintable(Exception):
 class Fingerprint:
     digest: str | None  # None: identity must be used
     uses_parallel: bool  # the function or a jitted function it calls has parallel=True
+    # The digest is content alone and may key a cache shared across processes: nothing in it
+    # stands for code by name only (a user module, a user-defined Numba extension).
+    portable: bool = False
+
+
+# Modules whose contents are fixed by their installed version (a cross-process key records
+# the versions of those that generate code); any other module is named only, not hashed.
+_LIBRARY_MODULES = frozenset(["numpy", "math", "cmath", "numba", "operator", "builtins", "random",
+                               "numba_cuda"])
 
 
 def _is_dispatcher(value: Any) -> bool:
@@ -36,6 +45,7 @@ class _Walker:
     def __init__(self) -> None:
         self.parallel = False
         self.active: set[int] = set()  # recursion guard for mutually recursive kernels
+        self.portable = True
 
     def value(self, v: Any) -> str:
         if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
@@ -50,6 +60,8 @@ class _Walker:
         if isinstance(v, (tuple, list)):
             return f"{type(v).__name__}:[" + ",".join(self.value(x) for x in v) + "]"
         if isinstance(v, types.ModuleType):
+            if v.__name__.split(".")[0] not in _LIBRARY_MODULES:
+                self.portable = False  # an attribute read from it is not hashed
             return f"module:{v.__name__}"
         if isinstance(v, type) and v.__module__.split(".")[0] in ("builtins", "numpy", "numba"):
             return f"type:{v.__module__}.{v.__qualname__}"
@@ -67,6 +79,8 @@ class _Walker:
                 return f"numba-type:{v}"
             if hasattr(v, "__qualname__") and hasattr(v, "__module__"):
                 # numba.carray, cuda.grid and other fixed library functions.
+                if str(v.__module__).split(".")[0] not in ("numba", "numba_cuda"):
+                    self.portable = False  # a user's @intrinsic or @overload: named, not hashed
                 return f"numba-object:{v.__module__}.{v.__qualname__}"
         if isinstance(v, types.FunctionType):
             return "function:" + self.function(v)
@@ -124,4 +138,5 @@ def fingerprint_dispatcher(dispatcher: Any) -> Fingerprint:
         digest = hashlib.sha256(walker.dispatcher(dispatcher).encode()).hexdigest()
     except _Unfingerprintable:
         digest = None
-    return Fingerprint(digest, walker.parallel or bool(dict(dispatcher.targetoptions).get("parallel")))
+    return Fingerprint(digest, walker.parallel or bool(dict(dispatcher.targetoptions).get("parallel")),
+                       portable=digest is not None and walker.portable)

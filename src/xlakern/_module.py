@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 import os
 import re
@@ -14,7 +16,7 @@ import numpy as np
 
 from . import _bridge, _build, _cache, _codegen, _runtime, _toolchain
 from ._spec import EntryPoint, Source, resolve_entry_points
-from .errors import CallError, RegistrationError, SpecError, XlakernError
+from .errors import CallError, OptionError, RegistrationError, SpecError, XlakernError
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # used with fullmatch: "$" would accept a final newline
 # Module names name a cache directory and a library file (lib<name>.so, beside temp and lock
@@ -355,12 +357,13 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
 
     with _LOAD_LOCK:
         existing = _MODULES.get(name)
-        if existing is not None and not force_rebuild:
-            if existing.key == key:
-                return existing
+        # Checked before compiling, force_rebuild or not: XLA could never register other content as `name`.
+        if existing is not None and existing.key != key:
             raise RegistrationError(_conflict_message(
                 name, f"module '{name}' is already registered from other content (key {existing.key[:12]}, "
                       f"new key {key[:12]})"))
+        if existing is not None and not force_rebuild:
+            return existing
         root = Path(build_directory).expanduser().resolve() if build_directory else _cache.cache_root()
         slot = _cache.Entry(root, name, key)
         lib = None if force_rebuild else slot.open_library()
@@ -387,10 +390,68 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
         return _MODULES[name]
 
 
-_COMMON_DOC = """
-    Keyword options: optimization_level (0-3, default 3), extra_cflags, extra_ldflags,
-    extra_include_paths, build_directory (cache root for this module), force_rebuild,
-    verbose (print compiler commands), quiet (no progress message)."""
+_CPP_OPTIONS_DOC = """
+        optimization_level: ``-O`` level, 0 to 3 (default 3).
+        extra_cflags: more host compiler flags, a list or one shell-quoted string.
+        extra_ldflags: more linker flags (``-L``, ``-l``), a list or a string.
+        extra_include_paths: directories added with ``-I`` (relative to the working directory).
+        build_directory: cache root for this module instead of :func:`get_cache_dir`.
+        force_rebuild: compile even when the cache holds this build.
+        verbose: print the compiler commands.
+        quiet: no "compiling …" line on stderr (also ``XLAKERN_QUIET=1``)."""
+
+_CUDA_OPTIONS_DOC = _CPP_OPTIONS_DOC + """
+        use_fast_math: compile with nvcc's ``--use_fast_math``.
+        extra_cuda_cflags: more nvcc flags, a list or a string.
+        compute_capability: target GPU as ``"9.0"``, ``(9, 0)`` or ``90``; default: the GPU JAX
+            sees, or ``$XLAKERN_CUDA_ARCH``.
+        allow_cuda_graph: let XLA capture the handlers into CUDA graphs (default True)."""
+
+_RETURNS_DOC = """
+
+    Returns:
+        The :class:`CompiledModule`; the same object again for the same name and content.
+
+    Raises:
+        SpecError: an entry point's arg_spec does not match its signature (before compiling).
+        CompilationError: the compiler rejected the sources.
+        RegistrationError: ``name`` is loaded in this process from other content (checked
+            before compiling: XLA cannot replace a registered target).
+        OptionError: an unknown keyword option (the message names the closest one)."""
+
+
+_CUDA_ONLY_OPTIONS = frozenset(["use_fast_math", "extra_cuda_cflags", "compute_capability", "allow_cuda_graph"])
+
+
+def _with_option_check(fn: Any) -> Any:
+    """Make a misspelt keyword an :class:`OptionError` that names ``fn`` and the closest option.
+
+    The signature seen by ``help()`` and IDEs stays ``fn``'s own (``functools.wraps``).
+    """
+    accepted = list(inspect.signature(fn).parameters)
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        unknown = [k for k in kwargs if k not in accepted]
+        if unknown:
+            hints = []
+            for k in unknown:
+                close = difflib.get_close_matches(k, accepted, n=1)
+                if k in _CUDA_ONLY_OPTIONS:
+                    hints.append(f"'{k}' (it applies to CUDA modules only; for C++ pass compiler flags in "
+                                 f"extra_cflags, e.g. extra_cflags=['-ffast-math'])")
+                else:
+                    hints.append(f"'{k}' (did you mean '{close[0]}'?)" if close else f"'{k}'")
+            raise OptionError(f"{fn.__name__}() got unknown option(s) {', '.join(hints)}. It takes: "
+                              f"{', '.join(accepted)}")
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+def _build_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword options of ``_load`` among a loader's arguments (its ``locals()``)."""
+    return {k: v for k, v in given.items() if k in _LOAD_OPTIONS}
 
 
 def _inline_sources(name: str, sources: Any, what: str) -> list[Source]:
@@ -418,11 +479,15 @@ def _default_name(path: Path) -> str:
     return stem if re.match(r"^[A-Za-z_]", stem) else f"m_{stem}"
 
 
-def load_cpp_inline(name: str, cpp_sources: str | Sequence[str], functions: Any = None, **options: Any) -> CompiledModule:
+@_with_option_check
+def load_cpp_inline(
+        name: str, cpp_sources: str | Sequence[str], functions: Any = None, *,
+        optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
+        extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
+        build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
+        quiet: bool = False,
+) -> CompiledModule:
     """Compile C++ source text for the CPU and register its entry points with XLA.
-
-    Entry points come from ``// @xk fn tokens`` annotations (``functions=None``), a list of
-    names (arg_spec inferred from the signatures), or a dict ``{fn: "arg ret attr.k:float32"}``.
 
     Example::
 
@@ -433,64 +498,126 @@ def load_cpp_inline(name: str, cpp_sources: str | Sequence[str], functions: Any 
           for (int64_t i = 0; i < x.numel(); ++i) o[i] = in[i] + 1;
         }''')
         y = jax.jit(lambda x: mod.add_one(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)))(x)
-    """
-    return _load(name, _inline_sources(name, cpp_sources, "cpp_sources"), functions, "cpu", **options)
+
+    Args:
+        name: module name, a C identifier; the targets are ``"<name>.<function>"``.
+        cpp_sources: the source text, or a list of texts (one translation unit each).
+        functions: the entry points: ``None`` (from ``// @xk fn tokens`` annotations), a list of
+            names (arg_spec inferred from the signatures), or ``{fn: "arg ret attr.k:float32"}``."""
+    return _load(name, _inline_sources(name, cpp_sources, "cpp_sources"), functions, "cpu",
+                 **_build_options(locals()))
 
 
-def load_cpp_file(path: str | os.PathLike, functions: Any = None, *, name: str | None = None,
-                  **options: Any) -> CompiledModule:
-    """Like :func:`load_cpp_inline` for a file (module name defaults to the file's stem).
+@_with_option_check
+def load_cpp_file(
+        path: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+        optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
+        extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
+        build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
+        quiet: bool = False,
+) -> CompiledModule:
+    """Like :func:`load_cpp_inline` for one C++ file.
 
     Example::
 
         mod = xlakern.load_cpp_file("kernels/decay.cc")
-    """
-    return _load(name or _default_name(Path(path)), _file_sources([Path(path)]), functions, "cpu", **options)
+
+    Args:
+        path: the source file.
+        functions: entry points, as for :func:`load_cpp_inline`.
+        name: module name (default: the file's stem)."""
+    return _load(name or _default_name(Path(path)), _file_sources([Path(path)]), functions, "cpu", **_build_options(locals()))
 
 
-def load_cuda_inline(name: str, cuda_sources: str | Sequence[str], functions: Any = None,
-                     **options: Any) -> CompiledModule:
+@_with_option_check
+def load_cuda_inline(
+        name: str, cuda_sources: str | Sequence[str], functions: Any = None, *,
+        optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
+        extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
+        build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
+        quiet: bool = False,
+        use_fast_math: bool = False, extra_cuda_cflags: str | Sequence[str] | None = None, compute_capability: Any = None,
+        allow_cuda_graph: bool = True,
+) -> CompiledModule:
     """Compile CUDA source text with nvcc for the GPU JAX uses and register its entry points.
 
     Entry points take XLA's stream as ``int64_t stream`` (token ``stream``) and launch on it.
-    CUDA options: use_fast_math, extra_cuda_cflags, compute_capability ('9.0'; default: the
-    GPU JAX sees, or $XLAKERN_CUDA_ARCH), allow_cuda_graph (default True).
 
     Example::
 
         mod = xlakern.load_cuda_inline("my_kernels", CUDA_SRC)
         out = mod.vector_add(a, b, outs=jax.ShapeDtypeStruct(a.shape, a.dtype))
-    """
-    return _load(name, _inline_sources(name, cuda_sources, "cuda_sources"), functions, "cuda", **options)
+
+    Args:
+        name: module name, a C identifier; the targets are ``"<name>.<function>"``.
+        cuda_sources: the source text, or a list of texts (one translation unit each).
+        functions: entry points, as for :func:`load_cpp_inline`."""
+    return _load(name, _inline_sources(name, cuda_sources, "cuda_sources"), functions, "cuda",
+                 **_build_options(locals()))
 
 
-def load_cuda_file(path: str | os.PathLike, functions: Any = None, *, name: str | None = None,
-                   **options: Any) -> CompiledModule:
+@_with_option_check
+def load_cuda_file(
+        path: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+        optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
+        extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
+        build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
+        quiet: bool = False,
+        use_fast_math: bool = False, extra_cuda_cflags: str | Sequence[str] | None = None, compute_capability: Any = None,
+        allow_cuda_graph: bool = True,
+) -> CompiledModule:
     """Like :func:`load_cuda_inline` for one ``.cu`` file.
 
     Example::
 
         mod = xlakern.load_cuda_file("kernels/lif.cu", compute_capability="9.0")
-    """
-    return _load(name or _default_name(Path(path)), _file_sources([Path(path)]), functions, "cuda", **options)
+
+    Args:
+        path: the source file.
+        functions: entry points, as for :func:`load_cpp_inline`.
+        name: module name (default: the file's stem)."""
+    return _load(name or _default_name(Path(path)), _file_sources([Path(path)]), functions, "cuda", **_build_options(locals()))
 
 
-def load_cuda_dir(directory: str | os.PathLike, functions: Any = None, *, name: str | None = None,
-                  file_patterns: Sequence[str] = ("*.cu",), **options: Any) -> CompiledModule:
+@_with_option_check
+def load_cuda_dir(
+        directory: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+        file_patterns: Sequence[str] = ("*.cu",),
+        optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
+        extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
+        build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
+        quiet: bool = False,
+        use_fast_math: bool = False, extra_cuda_cflags: str | Sequence[str] | None = None, compute_capability: Any = None,
+        allow_cuda_graph: bool = True,
+) -> CompiledModule:
     """Compile every file of ``directory`` matching ``file_patterns`` (each its own translation
     unit, compiled in parallel) into one module.
 
     Example::
 
         mod = xlakern.load_cuda_dir("kernels/", name="snn")
-    """
+
+    Args:
+        directory: the folder holding the sources.
+        functions: entry points, as for :func:`load_cpp_inline`.
+        name: module name (default: the folder's name).
+        file_patterns: glob patterns of the files to compile (default ``("*.cu",)``)."""
     d = Path(directory).expanduser().resolve()
     if not d.is_dir():
         raise XlakernError(f"{d} is not a directory")
     files = sorted({p for pat in file_patterns for p in d.glob(pat) if p.is_file()})
     if not files:
         raise XlakernError(f"no files matching {list(file_patterns)} in {d}")
-    return _load(name or _default_name(d), _file_sources(files), functions, "cuda", **options)
+    return _load(name or _default_name(d), _file_sources(files), functions, "cuda", **_build_options(locals()))
+
+
+# Keyword options of _load, which the loaders above pass on by name.
+_LOAD_OPTIONS = frozenset(p.name for p in inspect.signature(_load).parameters.values()
+                          if p.kind is inspect.Parameter.KEYWORD_ONLY)
+for _loader, _options_doc in [(load_cpp_inline, _CPP_OPTIONS_DOC), (load_cpp_file, _CPP_OPTIONS_DOC),
+                              (load_cuda_inline, _CUDA_OPTIONS_DOC), (load_cuda_file, _CUDA_OPTIONS_DOC),
+                              (load_cuda_dir, _CUDA_OPTIONS_DOC)]:
+    _loader.__doc__ += _options_doc + _RETURNS_DOC
 
 
 def list_registered_targets() -> list[str]:

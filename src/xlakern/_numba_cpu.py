@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
+import pickle
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
-from . import _bridge, _runtime
+from . import _bridge, _numba_store, _runtime
+from ._build import Progress
 from ._fingerprint import fingerprint_dispatcher
 from ._hoist import without_body_imports
 from .errors import CallError
@@ -126,17 +129,85 @@ def _njit_like(kernel: Any) -> Any:
     return numba.jit(**dict(kernel.targetoptions))
 
 
-def _compile_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> Any:
+class _DiskCache:
+    """Numba's per-function cache interface (``load_overload``/``save_overload``) for one
+    generated cfunc, kept in xlakern's cache under a content key instead of beside a source file.
+
+    A hit rebuilds Numba's compile result from its object code, as Numba's own ``cache=True``
+    does, without running Numba's compiler.
+    """
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        payload = _numba_store.load(_numba_store.CPU_KIND, self.key)
+        if payload is None:
+            return None
+        try:
+            from numba.core.compiler import CompileResult
+
+            # What Numba does before compiling: install its runtime (NRT), whose symbols the
+            # stored object code links against.
+            target_context.refresh()
+            cres = CompileResult._rebuild(target_context, *pickle.loads(payload))
+        except Exception as e:  # written by another Numba, or it imports what is gone: compile
+            logging.getLogger("xlakern").info("xlakern: Numba cache entry %s unusable (%s)", self.key[:12], e)
+            return None
+        return cres
+
+    def save_overload(self, sig: Any, cres: Any) -> None:
+        if any(not f.can_cache for f in cres.lifted) or cres.library.has_dynamic_globals:
+            return  # machine code holding this process's addresses: never reuse it elsewhere
+        from numba.core.serialize import dumps
+
+        try:
+            payload = dumps(cres._reduce())
+        except Exception as e:
+            logging.getLogger("xlakern").info("xlakern: cannot store Numba entry %s (%s)", self.key[:12], e)
+            return
+        _numba_store.store(_numba_store.CPU_KIND, self.key, payload)
+
+
+def _disk_key(fp: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> str | None:
+    """The cross-process key of an entry, or None when it must be compiled in each process.
+
+    That is when the kernel's fingerprint is not portable, and when it runs parallel loops: a
+    cfunc calling a parfor kernel, once reloaded from object code, crashes on its first call
+    (Numba's own ``cfunc(cache=True)`` does too, as of Numba 0.68).
+    """
+    if not fp.portable or fp.uses_parallel:
+        return None
+    import numba
+    from numba.core import registry
+
+    codegen = registry.cpu_target.target_context.codegen()
+    options = tuple(getattr(numba.config, n, None) for n in ("OPT", "BOUNDSCHECK", "DEBUGINFO_DEFAULT"))
+    return _numba_store.disk_key(_numba_store.CPU_KIND, _ENTRY_VERSION, codegen.magic_tuple(), options,
+                                 fp.digest, dtypes, ranks, n_inputs)
+
+
+def _compile_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int,
+                   disk_key: str | None = None) -> Any:
+    """The compiled cfunc; with ``disk_key``, loaded from xlakern's cache when stored there."""
     import numba
     from numba import types
+    from numba.core.ccallback import CFunc
 
-    namespace: dict[str, Any] = {"carray": numba.carray, "kernel": kernel, "readonly": _readonly()}
+    # __name__ makes the entry's Numba environment importable when a cache hit rebuilds it.
+    namespace: dict[str, Any] = {"carray": numba.carray, "kernel": kernel, "readonly": _readonly(),
+                                 "__name__": __name__}
     for a, dt in enumerate(dtypes):
         namespace[f"dt{a}"] = np.dtype(dt)
     exec(compile(_entry_source(len(dtypes), ranks, n_inputs), f"<xlakern entry for {kernel.__name__}>", "exec"),
          namespace)
     signature = types.int32(types.CPointer(types.voidptr), types.CPointer(types.int64))
-    return numba.cfunc(signature)(namespace["entry"])
+    cfunc = CFunc(namespace["entry"], (signature.args, signature.return_type), locals={}, options={})
+    if disk_key is not None:
+        cfunc._cache = _DiskCache(disk_key)
+    with Progress(f"compiling numba kernel {kernel.__name__}", quiet=False):
+        cfunc.compile()
+    return cfunc
 
 
 def _kernel_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> _Cfunc:
@@ -157,7 +228,8 @@ def _kernel_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], 
         if entry is not None:
             return entry
         try:
-            cfunc = _compile_entry(without_body_imports(kernel, _njit_like(kernel)), dtypes, ranks, n_inputs)
+            cfunc = _compile_entry(without_body_imports(kernel, _njit_like(kernel)), dtypes, ranks, n_inputs,
+                                   _disk_key(fp, dtypes, ranks, n_inputs))
         except Exception as e:
             sig = ", ".join(f"{d}[{'x'.join(':' * r) or '0-d'}]" for d, r in zip(dtypes, ranks))
             hint = ""

@@ -14,6 +14,7 @@ arrays that alias XLA's buffers and XLA's stream.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 import threading
@@ -23,8 +24,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _bridge, _runtime
-from ._fingerprint import fingerprint_dispatcher
+from . import _bridge, _numba_store, _runtime
+from ._build import Progress
+from ._fingerprint import Fingerprint, fingerprint_dispatcher
 from ._hoist import KernelSwap, without_body_imports
 from .errors import CallError, SpecError
 
@@ -199,6 +201,58 @@ def _gpu_compute_capability() -> tuple[int, int] | None:
     return ccs.pop() if len(ccs) == 1 else None
 
 
+def _numba_cuda_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("numba-cuda")
+    except metadata.PackageNotFoundError:  # the numba.cuda that ships inside numba
+        return "numba-builtin"
+
+
+def _encode_image(image: KernelImage) -> bytes:
+    return json.dumps({"kind": image.kind, "entry": image.entry}).encode() + b"\n" + image.data
+
+
+def _decode_image(payload: bytes) -> KernelImage:
+    header, _, data = payload.partition(b"\n")
+    fields = json.loads(header)
+    return KernelImage(str(fields["kind"]), data, str(fields["entry"]))
+
+
+def cached_kernel_image(kernel: Any, fp: Fingerprint, dtypes: tuple[str, ...], ranks: tuple[int, ...],
+                        cc: tuple[int, int] | None, prefer: str | None = None) -> KernelImage:
+    """:func:`kernel_image` of ``kernel`` for C-contiguous arrays, through xlakern's cache.
+
+    A kernel with a portable fingerprint is compiled once per machine: its cubin (PTX when
+    ``cc`` is None or ``prefer="ptx"``) and entry name are stored under a key of its content,
+    the signature, the target and the Numba versions, and a later process loads them without
+    Numba's compiler.
+
+    Example::
+
+        img = cached_kernel_image(kern, fingerprint_dispatcher(kern), ("float32",) * 2, (1, 1), (9, 0))
+    """
+    prefer = prefer or ("cubin" if cc else "ptx")
+    key = None
+    if fp.portable:
+        key = _numba_store.disk_key(_numba_store.CUDA_KIND, _ENTRY_VERSION, _numba_cuda_version(), fp.digest,
+                                    dtypes, ranks, cc, prefer)
+        payload = _numba_store.load(_numba_store.CUDA_KIND, key)
+        if payload is not None:
+            try:
+                return _decode_image(payload)
+            except (ValueError, KeyError, TypeError):
+                pass  # not an image this version wrote: compile and replace it
+    cuda = import_numba_cuda()
+    compiled = without_body_imports(kernel, cuda.jit(**dict(kernel.targetoptions)))
+    with Progress(f"compiling numba kernel {kernel.__name__}", quiet=False):
+        image = kernel_image(compiled, _array_types(dtypes, ranks), cc=cc, prefer=prefer)
+    if key is not None:
+        _numba_store.store(_numba_store.CUDA_KIND, key, _encode_image(image))
+    return image
+
+
 @dataclass
 class _CudaEntry:
     key: str
@@ -227,15 +281,12 @@ def _cuda_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_
         entry = _ENTRIES.get(key)
         if entry is not None:
             return entry
-        types = _array_types(dtypes, ranks)
-        cuda = import_numba_cuda()
-        compiled = without_body_imports(kernel, cuda.jit(**dict(kernel.targetoptions)))
         try:
-            image = kernel_image(compiled, types, cc=cc, prefer="cubin" if cc else "ptx")
+            image = cached_kernel_image(kernel, fp, dtypes, ranks, cc)
         except CallError:
             raise
         except Exception as e:
-            sig = ", ".join(str(t) for t in types)
+            sig = ", ".join(str(t) for t in _array_types(dtypes, ranks))
             raise CallError(f"numba_cuda_kernel: Numba could not compile '{kernel.__name__}' for ({sig}): "
                             f"{type(e).__name__}: {e}") from e
         _runtime.register_cuda_image_kernel(key, kernel.__name__, image.data, image.entry, list(dtypes),

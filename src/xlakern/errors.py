@@ -50,6 +50,10 @@ class CacheError(XlakernError):
     """The build cache cannot be trusted: a path in it is another user's or writable by others."""
 
 
+class OptionError(XlakernError, TypeError):
+    """A loader was given a keyword option it does not take (message names the closest one)."""
+
+
 __all__ = [
     "XlakernError",
     "SpecError",
@@ -60,4 +64,5 @@ __all__ = [
     "CallError",
     "ConfigError",
     "CacheError",
+    "OptionError",
 ]
