@@ -230,6 +230,15 @@ def test_csr_csc_fromdense_todense_and_arithmetic(rng):
             np.testing.assert_allclose(X.T @ W.T, X.T @ dense.T, rtol=1e-12, atol=1e-12)
             leaves, tree = jax.tree_util.tree_flatten(W)
             assert len(leaves) == 3 and jax.tree_util.tree_unflatten(tree, leaves).shape == W.shape
+        # a layout's backend= reaches its products and survives flattening and .T
+        Wj = xlakern.CSR.fromdense(dense)
+        Wj = xlakern.CSR((Wj.data, Wj.indices, Wj.indptr), shape=Wj.shape, backend="jnp")
+        assert jax.tree_util.tree_unflatten(*reversed(jax.tree_util.tree_flatten(Wj))).backend == "jnp"
+        assert Wj.T.backend == "jnp"
+        y = rng.standard_normal(11)
+        np.testing.assert_allclose(y @ Wj, y @ dense, rtol=1e-12, atol=1e-12)
+        assert isinstance(Wj, xlakern.DataRepresentation) and isinstance(xlakern.FixedNumPerPre.fromdense(
+            np.eye(3)), xlakern.FixedNumConn)
         with pytest.raises(TypeError, match="scalars only"):
             xlakern.CSR.fromdense(dense) * np.ones(3)
 
@@ -333,6 +342,11 @@ def test_units_multiply(rng):
     assert out.unit == u.nS
     out = jax.jit(lambda W, s: xlakern.BinaryArray(s) @ W)(W, s)
     assert out.unit == u.nS
+    assert (W * (2 * u.mV)).data.unit == u.nS * u.mV  # scalar arithmetic carries units along
+    with pytest.raises(xlakern.event.EventUnitError, match="unit"):
+        W.with_data(W.data.mantissa)  # dropping the unit is refused
+    with pytest.raises(xlakern.event.EventUnitError, match="unit"):
+        W.with_data(W.data.mantissa * u.mV)
 
 
 _CACHE_SCRIPT = textwrap.dedent(r"""

@@ -93,7 +93,8 @@ __all__ = [
 # the public API above. Renamed BrainEvent names resolve through __getattr__ with a warning.
 from . import event
 from .event import (
-    CSC, CSR, BinaryArray, BitPackedBinary, CompactBinary, EventRepresentation, FixedNumPerPost, FixedNumPerPre,
+    CSC, CSR, BinaryArray, BitPackedBinary, CompactBinary, DataRepresentation, EventRepresentation, FixedNumConn,
+    FixedNumPerPost, FixedNumPerPre,
     WeightedArray, binary_csrmm, binary_csrmm_p, binary_csrmv, binary_csrmv_p, binary_densemm, binary_densemm_p,
     binary_densemv, binary_densemv_p, binary_fcnmm, binary_fcnmm_p, binary_fcnmv, binary_fcnmv_p, bitpack, csrmm,
     csrmm_p, csrmv, csrmv_p, fcnmm, fcnmm_p, fcnmv, fcnmv_p,
@@ -101,7 +102,7 @@ from .event import (
 
 __all__ += [
     "event", "EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary",
-    "CSR", "CSC", "FixedNumPerPre", "FixedNumPerPost",
+    "DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost",
     "binary_csrmv", "binary_csrmv_p", "binary_csrmm", "binary_csrmm_p", "csrmv", "csrmv_p", "csrmm", "csrmm_p",
     "binary_fcnmv", "binary_fcnmv_p", "binary_fcnmm", "binary_fcnmm_p", "fcnmv", "fcnmv_p", "fcnmm", "fcnmm_p",
     "binary_densemv", "binary_densemv_p", "binary_densemm", "binary_densemm_p",

@@ -19,7 +19,7 @@ from ._kernels import (
     binary_csrmm_p, binary_csrmv_p, binary_densemm_p, binary_densemv_p, binary_fcnmm_p, binary_fcnmv_p, csrmm_p,
     csrmv_p, densemm_p, densemv_p, fcnmm_p, fcnmv_p,
 )
-from ._layouts import CSC, CSR, FixedNumPerPost, FixedNumPerPre
+from ._layouts import CSC, CSR, DataRepresentation, FixedNumConn, FixedNumPerPost, FixedNumPerPre
 from ._ops import (
     binary_csrmm, binary_csrmv, binary_densemm, binary_densemv, binary_fcnmm, binary_fcnmv, csrmm, csrmv, fcnmm,
     fcnmv,
@@ -50,7 +50,7 @@ def __getattr__(name):
 
 __all__ = [
     "EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary",
-    "CSR", "CSC", "FixedNumPerPre", "FixedNumPerPost",
+    "DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost",
     "binary_csrmv", "binary_csrmm", "csrmv", "csrmm", "binary_fcnmv", "binary_fcnmm", "fcnmv", "fcnmm",
     "binary_densemv", "binary_densemm",
     "binary_csrmv_p", "binary_csrmm_p", "csrmv_p", "csrmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcnmv_p",

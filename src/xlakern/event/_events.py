@@ -121,10 +121,10 @@ class EventRepresentation:
             raise EventShapeError(f"{type(self).__name__} @: events must be 1-D or 2-D; got shape {self.shape}")
 
     def __matmul__(self, other):
-        from ._layouts import _Layout
+        from ._layouts import DataRepresentation
         from . import _ops
 
-        if isinstance(other, _Layout):
+        if isinstance(other, DataRepresentation):
             return other.__rmatmul__(self)
         if isinstance(other, EventRepresentation):
             return NotImplemented
@@ -138,10 +138,10 @@ class EventRepresentation:
         return _ops.binary_densemm(w, self._value.T, transpose=True, weighted=self._weighted).T
 
     def __rmatmul__(self, other):
-        from ._layouts import _Layout
+        from ._layouts import DataRepresentation
         from . import _ops
 
-        if isinstance(other, _Layout):
+        if isinstance(other, DataRepresentation):
             return other.__matmul__(self)
         self._check_nd()
         if np.ndim(_units.split(other)[0]) != 2:

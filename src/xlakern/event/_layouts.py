@@ -26,10 +26,10 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _ops
 from . import _units
-from ._errors import EventShapeError
+from ._errors import EventShapeError, EventUnitError
 from ._events import EventRepresentation
 
-__all__ = ["CSR", "CSC", "FixedNumPerPre", "FixedNumPerPost"]
+__all__ = ["DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost"]
 
 
 def _is_scalar(x: Any) -> bool:
@@ -37,7 +37,9 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(m, (int, float, np.number)) or (hasattr(m, "shape") and np.ndim(m) == 0)
 
 
-class _Layout:
+class DataRepresentation:
+    """Base of the stored-connectivity layouts (BrainEvent's name)."""
+
     __array_ufunc__ = None  # numpy defers `ndarray @ layout` to __rmatmul__
     __array_priority__ = 200
     _flipped = False
@@ -60,29 +62,39 @@ class _Layout:
         return (self.data, self.indices) if self._fixed else (self.data, self.indices, self.indptr)
 
     def tree_flatten(self):
-        return self._arrays(), tuple(self.shape)
+        return self._arrays(), (tuple(self.shape), self.backend)
 
     @classmethod
-    def tree_unflatten(cls, shape, children):
+    def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
-        obj._set(children, shape)
+        obj._set(children, *aux)
         return obj
 
-    def _set(self, arrays, shape):
+    def _set(self, arrays, shape, backend=None):
         self.shape = tuple(int(s) for s in shape)
+        self.backend = backend
         if self._fixed:
             self.data, self.indices = arrays
         else:
             self.data, self.indices, self.indptr = arrays
 
     def with_data(self, data):
-        """The same structure with other weights (same shape as ``data``, or one shared weight).
+        """The same structure with other weights (one per synapse, or one shared weight) in the
+        same unit as the current ones.
 
         Example::
 
             W2 = W.with_data(W.data * 2)
         """
-        return type(self)((data,) + self._arrays()[1:], shape=self.shape)
+        old, new = _units.split(self.data)[1], _units.split(data)[1]
+        if old != new:
+            raise EventUnitError(f"{type(self).__name__}.with_data: the new data's unit ({new or 'none'}) differs "
+                                 f"from the current one ({old or 'none'}); convert it first (or build a new "
+                                 f"{type(self).__name__})")
+        return self._replace_data(data)
+
+    def _replace_data(self, data):
+        return type(self)((data,) + self._arrays()[1:], shape=self.shape, backend=self.backend)
 
     def __repr__(self):
         return f"{type(self).__name__}(shape={self.shape}, nse={self.nse}, dtype={self.dtype})"
@@ -92,7 +104,7 @@ class _Layout:
         if not _is_scalar(other):
             raise TypeError(f"{type(self).__name__} {name} supports scalars only (it scales the weights); "
                             f"got {type(other).__name__}. Use todense() for element-wise products")
-        return self.with_data(op(self.data, other))
+        return self._replace_data(op(self.data, other))
 
     def __mul__(self, other):
         return self._scale(other, lambda d, o: d * o, "*")
@@ -104,7 +116,7 @@ class _Layout:
         return self._scale(other, lambda d, o: d / o, "/")
 
     def __neg__(self):
-        return self.with_data(-self.data)
+        return self._replace_data(-self.data)
 
     def __pos__(self):
         return self
@@ -129,7 +141,7 @@ class _Layout:
         return self._call(value, binary and not weighted, weighted, ndim == 2, transpose)
 
     def _call(self, v, binary, weighted, mm, transpose):
-        kw = dict(shape=self._stored_shape(), transpose=transpose)
+        kw = dict(shape=self._stored_shape(), transpose=transpose, backend=self.backend)
         if self._fixed:
             if binary or weighted:
                 fn = _ops.binary_fcnmm if mm else _ops.binary_fcnmv
@@ -215,7 +227,7 @@ def _shape_arg(cls_name, shape):
 
 
 @register_pytree_node_class
-class CSR(_Layout):
+class CSR(DataRepresentation):
     """Compressed sparse rows: ``CSR((data, indices, indptr), shape=(m, n))``.
 
     Row ``i``'s synapses are ``indices[indptr[i]:indptr[i+1]]`` (column ids) with weights ``data``
@@ -230,17 +242,18 @@ class CSR(_Layout):
 
     __module__ = "xlakern"
 
-    def __init__(self, *args, shape):
+    def __init__(self, *args, shape, backend=None, buffers=None):
+        # buffers: BrainEvent's cache of derived index arrays; nothing here needs one (accepted, unused)
         data, indices, indptr = _unpack(args, 3)
         shape = _shape_arg(type(self).__name__, shape)
         arrays = (_as_array(data), jnp.asarray(indices), jnp.asarray(indptr))
-        self._set(arrays, shape)
+        self._set(arrays, shape, backend)
         _validate_csr(type(self).__name__, *arrays, self._stored_shape())
 
     @property
     def T(self):
         """The transpose: a CSC view of the same arrays."""
-        return CSC(self._arrays(), shape=self.shape[::-1])
+        return CSC(self._arrays(), shape=self.shape[::-1], backend=self.backend)
 
     @classmethod
     def fromdense(cls, mat, *, index_dtype=jnp.int32):
@@ -279,17 +292,21 @@ class CSC(CSR):
     @property
     def T(self):
         """The transpose: a CSR view of the same arrays."""
-        return CSR(self._arrays(), shape=self.shape[::-1])
+        return CSR(self._arrays(), shape=self.shape[::-1], backend=self.backend)
 
 
-class _FixedNum(_Layout):
+class FixedNumConn(DataRepresentation):
+    """Base of the fixed-count layouts: every stored row has exactly K synapses."""
+
     _fixed = True
 
-    def __init__(self, *args, shape):
+    def __init__(self, *args, shape, backend=None, buffers=None, precompute_weight_indices=False):
+        # buffers / precompute_weight_indices: BrainEvent's lazily built CSC view; the kernels here
+        # need none (accepted, unused)
         data, indices = _unpack(args, 2)
         shape = _shape_arg(type(self).__name__, shape)
         arrays = (_as_array(data), jnp.asarray(indices))
-        self._set(arrays, shape)
+        self._set(arrays, shape, backend)
         rows = self._stored_shape()[0]
         name = type(self).__name__
         if np.ndim(arrays[1]) != 2 or np.shape(arrays[1])[0] != rows:
@@ -335,7 +352,7 @@ class _FixedNum(_Layout):
 
 
 @register_pytree_node_class
-class FixedNumPerPre(_FixedNum):
+class FixedNumPerPre(FixedNumConn):
     """Each presynaptic neuron (row) has exactly K targets: ``indices`` (num_pre, K) of post ids,
     ``W[i, indices[i, k]] = data[i, k]``; ``shape=(num_pre, num_post)``.
 
@@ -350,11 +367,11 @@ class FixedNumPerPre(_FixedNum):
 
     @property
     def T(self):
-        return FixedNumPerPost(self._arrays(), shape=self.shape[::-1])
+        return FixedNumPerPost(self._arrays(), shape=self.shape[::-1], backend=self.backend)
 
 
 @register_pytree_node_class
-class FixedNumPerPost(_FixedNum):
+class FixedNumPerPost(FixedNumConn):
     """Each postsynaptic neuron (column) has exactly K sources: ``indices`` (num_post, K) of pre
     ids, ``W[indices[j, k], j] = data[j, k]``; ``shape=(num_pre, num_post)``.
 
@@ -370,5 +387,5 @@ class FixedNumPerPost(_FixedNum):
 
     @property
     def T(self):
-        return FixedNumPerPre(self._arrays(), shape=self.shape[::-1])
+        return FixedNumPerPre(self._arrays(), shape=self.shape[::-1], backend=self.backend)
 
