@@ -413,3 +413,10 @@ def test_kernel_sources_ship_in_the_package():
 
     assert {p.name for p in KERNEL_DIR.iterdir()} >= {"event_cpu.cc", "event_cuda.cu", "event_common.h"}
     assert "site-packages" in str(KERNEL_DIR) or (KERNEL_DIR / "event_cpu.cc").is_file()
+
+
+def test_plain_import_leaves_the_event_subpackage_for_first_use():
+    code = ("import sys, xlakern; assert 'xlakern.event' not in sys.modules; "
+            "from xlakern import binary_csrmv, CSR; assert 'xlakern.event' in sys.modules; "
+            "assert xlakern.CSR is CSR and 'CSR' in dir(xlakern) and 'CSR' in xlakern.__all__")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -28,6 +28,7 @@ from . import _ops
 from . import _units
 from ._errors import EventShapeError, EventUnitError
 from ._events import EventRepresentation
+from ._kernels import synapse_rows
 
 __all__ = ["DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost"]
 
@@ -175,8 +176,8 @@ class DataRepresentation:
         if self._fixed:
             r = jnp.arange(nse) // max(self.indices.shape[1], 1)
         else:
-            from ._kernels import synapse_rows
-            r, _ = synapse_rows(idx, self.indptr, rows, -1)
+            r, inside = synapse_rows(idx, self.indptr, rows, -1)
+            idx = jnp.where(inside, idx, cols)  # synapses outside every row: dropped like out-of-range ones
         w = jnp.broadcast_to(jnp.asarray(data).reshape(-1), (nse,))
         dense = jnp.zeros((rows, cols), w.dtype).at[r, idx].add(w, mode="drop")
         return dense, unit

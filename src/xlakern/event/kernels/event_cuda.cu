@@ -8,14 +8,16 @@
 //                   atomically adds into out (inactive rows cost one coalesced read).
 //   dense gather    one warp per (row, batch column), skipping inactive columns.
 //   dense scatter   one thread per output column; each block compacts the active rows of a
-//                   256-row chunk into shared memory (deterministic ballot prefix) and every
-//                   thread sums those rows' weights of its column (coalesced across threads).
+//                   256-row chunk into shared memory (ballot prefix) and every thread sums those
+//                   rows' weights of its column (coalesced across threads); with few columns the
+//                   rows are split over grid z and the slices add into out atomically.
 // Outputs the kernel accumulates into are cleared with cudaMemsetAsync on XLA's stream, so the
 // whole call stays capturable in a CUDA graph.
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <algorithm>
 #include <cstdint>
 
 #include "event_common.h"
@@ -118,20 +120,23 @@ __global__ void __launch_bounds__(kThreads) dense_gather_kernel(
 template <typename W, typename S, bool Binary>
 __global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
     const W* __restrict__ w, const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows,
-    int64_t ncols, int64_t batch, SpikeRule<S, Binary> rule) {
+    int64_t ncols, int64_t batch, int64_t rows_per_part, SpikeRule<S, Binary> rule) {
   using A = typename AccOf<W>::type;
   __shared__ int64_t rows[kThreads];
   __shared__ A vals[kThreads];
   __shared__ int warp_counts[kWarps];
   const int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // blockIdx.z picks a slice of the rows; slices add their partial sums atomically (out was cleared)
+  const int64_t r_begin = int64_t(blockIdx.z) * rows_per_part;
+  const int64_t r_end = min(nrows, r_begin + rows_per_part);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     A acc = A(0);
-    for (int64_t r0 = 0; r0 < nrows; r0 += kThreads) {
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += kThreads) {
       const int64_t r = r0 + threadIdx.x;
       S s = S(0);
-      if (r < nrows) s = spk[r * batch + b];
-      const bool on = r < nrows && rule.active(s);
+      if (r < r_end) s = spk[r * batch + b];
+      const bool on = r < r_end && rule.active(s);
       const unsigned ballot = __ballot_sync(0xffffffffu, on);
       if (lane == 0) warp_counts[warp] = __popc(ballot);
       __syncthreads();
@@ -150,7 +155,10 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
         for (int k = 0; k < total; ++k) acc += A(widen(w[rows[k] * ncols + c])) * vals[k];
       __syncthreads();
     }
-    if (c < ncols) out[c * batch + b] = acc;
+    if (c < ncols) {
+      if (gridDim.z > 1) atomicAdd(out + c * batch + b, acc);
+      else out[c * batch + b] = acc;
+    }
   }
 }
 
@@ -202,7 +210,17 @@ void event_dense(const xk::Tensor weights, const xk::Tensor spikes, xk::Tensor o
   check_dense(weights, spikes, out, transpose);
   const int64_t nrows = weights.shape(0), ncols = weights.shape(1), batch = batch_of(spikes);
   if (out.numel() == 0) return;
-  const dim3 grid(transpose ? unsigned((ncols + kThreads - 1) / kThreads) : grid_for_warps(nrows), grid_y(batch));
+  // Dense scatter: one thread per column, and enough row slices (grid z) to fill the GPU when
+  // there are few columns.
+  const int64_t col_blocks = (ncols + kThreads - 1) / kThreads;
+  int64_t parts = 1;
+  if (transpose) {
+    parts = std::min<int64_t>((1024 + col_blocks - 1) / col_blocks, (nrows + kThreads - 1) / kThreads);
+    parts = std::max<int64_t>(std::min<int64_t>(parts, 65535), 1);
+  }
+  const int64_t rows_per_part = (nrows + parts - 1) / parts;
+  if (parts > 1) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
+  const dim3 grid(transpose ? unsigned(col_blocks) : grid_for_warps(nrows), grid_y(batch), unsigned(parts));
   dispatch_weights(weights.dtype(), [&](auto wt) {
     using W = typename decltype(wt)::type;
     using A = typename AccOf<W>::type;
@@ -210,7 +228,7 @@ void event_dense(const xk::Tensor weights, const xk::Tensor spikes, xk::Tensor o
       using S = typename decltype(stag)::type;
       if (transpose)
         dense_scatter_kernel<<<grid, kThreads, 0, st>>>(weights.data_ptr<W>(), spikes.data_ptr<S>(),
-                                                        out.data_ptr<A>(), nrows, ncols, batch, rule);
+                                                        out.data_ptr<A>(), nrows, ncols, batch, rows_per_part, rule);
       else
         dense_gather_kernel<<<grid, kThreads, 0, st>>>(weights.data_ptr<W>(), spikes.data_ptr<S>(),
                                                        out.data_ptr<A>(), nrows, ncols, batch, rule);
