@@ -96,3 +96,30 @@ __all__ = [
     "WarpNotInstalledError",
     "WarpTypeError",
 ]
+
+# Event-driven operators (xlakern.event) under BrainEvent 0.3's names; the subpackage uses only
+# the public API above. Imported on first use (it builds a dozen primitives: ~30 ms that plain
+# `import xlakern` should not pay); renamed BrainEvent names resolve with a DeprecationWarning.
+_EVENT_NAMES = (
+    "EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary",
+    "DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost",
+    "binary_csrmv", "binary_csrmv_p", "binary_csrmm", "binary_csrmm_p", "csrmv", "csrmv_p", "csrmm", "csrmm_p",
+    "binary_fcnmv", "binary_fcnmv_p", "binary_fcnmm", "binary_fcnmm_p", "fcnmv", "fcnmv_p", "fcnmm", "fcnmm_p",
+    "binary_densemv", "binary_densemv_p", "binary_densemm", "binary_densemm_p",
+)
+__all__ += ["event", *_EVENT_NAMES]
+
+
+def __getattr__(name):
+    import importlib
+
+    event = importlib.import_module(".event", __name__)
+    if name == "event":
+        return event
+    if name in _EVENT_NAMES:
+        return getattr(event, name)
+    return event.resolve_deprecated(name, vars(event), __name__)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Event-driven operators per simulation step: xlakern beside BrainEvent, JAX's BCSR and cuSPARSE.
+
+Usage::
+
+    python bench/bench_event.py                    # Markdown tables on stdout
+    python bench/bench_event.py --json out.json    # ... and the tables (with raw samples) as JSON
+    python bench/bench_event.py --sizes 4000 --runs 5   # a quick run
+
+Each figure is the time of one call inside a jitted ``lax.scan`` of 100 steps (median over
+``--runs`` loop calls, after warm-ups, divided by 100); step t uses spike vector t of a
+precomputed (100, N) bool array, and each step's output is the loop carry (so nothing is dead
+code and no extra arithmetic is timed). Connectivity: N neurons, K = 80 random targets per
+neuron, float32 weights, int32 indices; the same arrays serve every library.
+
+Rows: N = 4k, 40k, 400k, 4M on the GPU (4k, 40k on the CPU), 1% and 5% of neurons spiking.
+Columns:
+  s @ CSR     ``BinaryArray(s) @ CSR`` (scatter: only rows of active neurons are read)
+  CSR @ s     ``CSR @ BinaryArray(s)`` (gather: every row is read)
+  s @ FCN     ``BinaryArray(s) @ FixedNumPerPre`` (scatter)
+  s @ dense   ``BinaryArray(s) @ W`` with a dense (N, N) matrix (N <= 40k)
+each for xlakern and BrainEvent 0.3 (when ``import brainevent`` works; its CPU kernels are Numba);
+``jax.experimental.sparse`` BCSR (``BCSR.T @ s`` as float32), and cuSPARSE through CuPy
+(``csr.T @ s``; a Python loop of 100 calls timed with CUDA events; GPU only, when cupy imports).
+floor: bytes the scatter must touch (indices + weights of the active rows, the output written,
+the spikes read) / the copy bandwidth measured here (a jitted copy of a 1 GiB array).
+Results are checked: xlakern's against the jnp reference backend (N <= 400k) and BrainEvent's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, log, machine_info, print_header, ratio,
+                       run_sections, time_fn)
+
+import jax
+import jax.numpy as jnp
+
+import xlakern
+
+STEPS = 100
+K = 80
+RATES = (0.01, 0.05)
+SIZES = {"gpu": [4_000, 40_000, 400_000, 4_000_000], "cpu": [4_000, 40_000]}
+DENSE_MAX = 40_000
+COLUMNS = ["s @ CSR", "CSR @ s", "s @ FCN", "s @ dense"]
+
+
+def connectivity(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n, K), dtype=np.int32)
+    w = rng.standard_normal((n, K), dtype=np.float32)
+    ptr = np.arange(0, n * K + 1, K, dtype=np.int32)
+    return w, idx, ptr
+
+
+def spike_trains(n: int, rate: float, seed: int = 1):
+    key = jax.random.PRNGKey(seed)
+    return jax.random.bernoulli(key, rate, (STEPS, n))
+
+
+UNROLL = 1  # set by --unroll
+
+
+def scan_loop(step_fn: Callable, n_out: int) -> Callable:
+    """jit of a 100-step scan whose carry is each step's output."""
+
+    @jax.jit
+    def run(S):
+        def body(c, s):
+            return step_fn(s).astype(jnp.float32), None
+        out, _ = jax.lax.scan(body, jnp.zeros((n_out,), jnp.float32), S, unroll=UNROLL)
+        return out
+
+    return run
+
+
+def copy_bandwidth(device) -> float:
+    """Bytes per second of a jitted copy (read + write) of a 1 GiB float32 array (128 MiB on the CPU)."""
+    n = (1 << 28) if device.platform == "gpu" else (1 << 25)
+    x = jax.device_put(jnp.ones((n,), jnp.float32), device)
+    f = jax.jit(lambda x: x + 0.0)
+    med, _, _ = time_fn(f, (x,), 20)
+    return 2 * 4 * n / med
+
+
+def per_step_cell(make: Callable[[], Callable], S, runs: int, budget: float):
+    try:
+        fn = make()
+        med, samples, out = time_fn(fn, (S,), runs, budget=budget, warmup=2)
+        return fmt_t(med / STEPS), med / STEPS, out
+    except Exception as e:  # noqa: BLE001
+        return err_cell(e), None, None
+
+
+def xlakern_steps(w, idx, ptr, n):
+    W = xlakern.CSR((jnp.asarray(w.reshape(-1)), jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr)), shape=(n, n))
+    F = xlakern.FixedNumPerPre((jnp.asarray(w), jnp.asarray(idx)), shape=(n, n))
+    steps = {"s @ CSR": lambda s: xlakern.BinaryArray(s) @ W,
+             "CSR @ s": lambda s: W @ xlakern.BinaryArray(s),
+             "s @ FCN": lambda s: xlakern.BinaryArray(s) @ F}
+    return steps, W
+
+
+def brainevent_steps(w, idx, ptr, n):
+    be = brainevent
+    W = be.CSR((jnp.asarray(w.reshape(-1)), jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr)), shape=(n, n))
+    F = be.FixedNumPerPre((jnp.asarray(w), jnp.asarray(idx)), shape=(n, n))
+    return {"s @ CSR": lambda s: be.BinaryArray(s) @ W,
+            "CSR @ s": lambda s: W @ be.BinaryArray(s),
+            "s @ FCN": lambda s: be.BinaryArray(s) @ F}
+
+
+def dense_matrix(w, idx, n):
+    rows = np.repeat(np.arange(n), K)
+    return jnp.zeros((n, n), jnp.float32).at[rows, idx.reshape(-1)].add(jnp.asarray(w.reshape(-1)))
+
+
+def bcsr_step(w, idx, ptr, n):
+    from jax.experimental import sparse
+
+    # The transpose of the CSR structure as a BCSR, so the scatter is a plain BCSR @ vector.
+    order = np.argsort(idx.reshape(-1), kind="stable")
+    cols = np.repeat(np.arange(n, dtype=np.int32), K)[order]
+    tptr = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(idx.reshape(-1), minlength=n), out=tptr[1:])
+    MT = sparse.BCSR((jnp.asarray(w.reshape(-1)[order]), jnp.asarray(cols), jnp.asarray(tptr)), shape=(n, n))
+    return lambda s: MT @ s.astype(jnp.float32)
+
+
+def cusparse_cell(w, idx, ptr, n, S, runs):
+    try:
+        import cupy
+        import cupyx.scipy.sparse as cps
+    except Exception as e:  # noqa: BLE001
+        return f"n/a (cupy: {type(e).__name__})", None
+    try:
+        M = cps.csr_matrix((cupy.asarray(w.reshape(-1)), cupy.asarray(idx.reshape(-1)), cupy.asarray(ptr)),
+                           shape=(n, n))
+        MT = M.T.tocsr()
+        Sc = cupy.asarray(np.asarray(S, dtype=np.float32))
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        times = []
+        for r in range(runs + 2):
+            start.record()
+            for t in range(STEPS):
+                y = MT @ Sc[t]
+            stop.record()
+            stop.synchronize()
+            if r >= 2:
+                times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3 / STEPS)
+        del y
+        med = float(np.median(times))
+        return fmt_t(med), med
+    except Exception as e:  # noqa: BLE001
+        return err_cell(e), None
+
+
+def floor_bytes(n: int, rate: float) -> float:
+    active = rate * n
+    return active * K * (4 + 4) + 4 * n + n  # indices + weights of active rows, output, bool spikes
+
+
+def section(platform: str, args) -> list[Table]:
+    device = jax.devices(platform)[0]
+    sizes = args.sizes or SIZES[platform]
+    bw = copy_bandwidth(device)
+    log(f"{platform}: copy bandwidth {bw / 1e9:.0f} GB/s")
+    be_name = "BrainEvent" + (" (Numba)" if platform == "cpu" else "")
+    headers = ["N", "active"]
+    for c in COLUMNS:
+        headers += [f"xlakern {c}", f"{be_name} {c}", "BE / xk"]
+    headers += ["BCSR s @ M"] + (["cuSPARSE s @ M"] if platform == "gpu" else []) + ["floor", "xk / floor", "check"]
+    table = Table(f"event_{platform}", f"Event-driven products per step, {platform} ({device.device_kind})", headers,
+                  note=f"Per call inside a jitted {STEPS}-step scan (unroll={UNROLL}); K = {K}; float32 weights, int32 indices. "
+                       f"floor = scatter bytes / copy bandwidth ({bw / 1e9:.0f} GB/s measured).")
+    with jax.default_device(device):
+        for n in sizes:
+            w, idx, ptr = connectivity(n)
+            xk_steps, W = xlakern_steps(w, idx, ptr, n)
+            try:
+                be_steps = brainevent_steps(w, idx, ptr, n) if brainevent is not None else None
+                be_err = NA_BE
+            except Exception as e:  # noqa: BLE001
+                be_steps, be_err = None, err_cell(e)
+            dense = dense_matrix(w, idx, n) if n <= DENSE_MAX else None
+            if dense is not None:
+                xk_steps["s @ dense"] = lambda s, D=dense: xlakern.BinaryArray(s) @ D
+                if be_steps is not None:
+                    be_steps["s @ dense"] = lambda s, D=dense: brainevent.BinaryArray(s) @ D
+            for rate in RATES:
+                S = spike_trains(n, rate)
+                log(f"{platform} N={n} rate={rate}")
+                cells, data, checks = [f"{n:,}", f"{rate:.0%}"], {"n": n, "rate": rate}, []
+                xk_scatter = None
+                for col in COLUMNS:
+                    if col not in xk_steps:
+                        cells += ["—", "—", ""]
+                        continue
+                    xc, xt, xo = per_step_cell(lambda: scan_loop(xk_steps[col], n), S, args.runs, args.budget)
+                    if be_steps is None:
+                        bc, bt, bo = be_err, None, None
+                    else:
+                        bc, bt, bo = per_step_cell(lambda: scan_loop(be_steps[col], n), S, args.runs, args.budget)
+                    cells += [xc, bc, ratio(bt, xt)]
+                    data[col] = {"xlakern_s": xt, "brainevent_s": bt}
+                    if col == "s @ CSR":
+                        xk_scatter = xt
+                    if xo is not None and bo is not None:
+                        checks.append(bool(np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-3, atol=1e-3)))
+                bc, bt, _ = per_step_cell(lambda: scan_loop(bcsr_step(w, idx, ptr, n), n), S, args.runs, args.budget)
+                cells.append(bc)
+                data["bcsr_s"] = bt
+                if platform == "gpu":
+                    cc, ct = cusparse_cell(w, idx, ptr, n, S, max(3, args.runs // 4))
+                    cells.append(cc)
+                    data["cusparse_s"] = ct
+                fl = floor_bytes(n, rate) / bw
+                cells += [fmt_t(fl), ratio(xk_scatter, fl)]
+                data["floor_s"] = fl
+                if n <= 400_000:  # the reference backend's COO view of 4M x 80 synapses is slow to build
+                    s = S[-1]
+                    ref = xlakern.binary_csrmv(W.data, W.indices, W.indptr, s, shape=(n, n), transpose=True,
+                                               backend="jnp")
+                    got = xlakern.BinaryArray(s) @ W
+                    checks.append(bool(np.allclose(np.asarray(got), np.asarray(ref), rtol=1e-4, atol=1e-3)))
+                cells.append("ok" if checks and all(checks) else ("MISMATCH" if checks else "—"))
+                table.add(cells, data)
+            del dense
+    return [table]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", metavar="PATH", help="also write the tables (and raw data) as JSON")
+    ap.add_argument("--runs", type=int, default=20, help="timed loop calls per figure (default 20)")
+    ap.add_argument("--budget", type=float, default=3.0, help="seconds per figure before stopping early")
+    ap.add_argument("--sizes", type=int, nargs="*", help="override N (default: 4k..4M GPU, 4k, 40k CPU)")
+    ap.add_argument("--platforms", nargs="*", default=None, help="cpu and/or gpu (default: both where present)")
+    ap.add_argument("--unroll", type=int, default=1,
+                    help="lax.scan unroll (default 1); a larger one removes the loop's per-step overhead from "
+                         "every column alike")
+    args = ap.parse_args()
+    global UNROLL
+    UNROLL = args.unroll
+    t_start = time.perf_counter()
+    info = machine_info()
+    print_header("xlakern: event-driven operators per simulation step", info)
+    platforms = args.platforms or (["gpu", "cpu"] if info["gpu"] else ["cpu"])
+    tables = run_sections([(p, (lambda p=p: section(p, args))) for p in platforms])
+    finish(t_start, info, tables, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Event-driven operators: spikes times stored connectivity, computed from the active spikes only.
+
+A subpackage built on xlakern's public API alone: each operator is one
+:class:`xlakern.XLACustomKernel` whose C++ and CUDA kernels ship as sources in ``kernels/`` and
+are compiled by :func:`xlakern.load_cpp_file` / :func:`xlakern.load_cuda_file` on first use (then
+served from xlakern's build cache); a pure-jnp backend is registered too. The names and keywords
+are BrainEvent 0.3's, and xlakern re-exports them at top level.
+
+Example::
+
+    import jax.numpy as jnp, xlakern as brainevent
+    W = brainevent.CSR.fromdense(np.random.rand(100, 50) * (np.random.rand(100, 50) < 0.1))
+    current = brainevent.BinaryArray(spikes) @ W      # spikes: (100,) bool
+"""
+
+from ._errors import EventDTypeError, EventShapeError, EventUnitError
+from ._events import BinaryArray, BitPackedBinary, CompactBinary, EventRepresentation, WeightedArray, bitpack
+from ._kernels import (
+    binary_csrmm_p, binary_csrmv_p, binary_densemm_p, binary_densemv_p, binary_fcnmm_p, binary_fcnmv_p, csrmm_p,
+    csrmv_p, densemm_p, densemv_p, fcnmm_p, fcnmv_p,
+)
+from ._layouts import CSC, CSR, DataRepresentation, FixedNumConn, FixedNumPerPost, FixedNumPerPre
+from ._ops import (
+    binary_csrmm, binary_csrmv, binary_densemm, binary_densemv, binary_fcnmm, binary_fcnmv, csrmm, csrmv, fcnmm,
+    fcnmv,
+)
+
+# Names BrainEvent renamed: reachable with a DeprecationWarning, never in __all__.
+DEPRECATED_RENAMES = {
+    "EventArray": "BinaryArray",
+    "FixedPostNumConn": "FixedNumPerPre",
+    "FixedPreNumConn": "FixedNumPerPost",
+}
+
+
+def resolve_deprecated(name: str, namespace: dict, module: str):
+    """The replacement of a renamed name (with a DeprecationWarning), else AttributeError."""
+    import warnings
+
+    if name in DEPRECATED_RENAMES:
+        new = DEPRECATED_RENAMES[name]
+        warnings.warn(f"{module}.{name} is deprecated; use {module}.{new} instead.", DeprecationWarning, stacklevel=3)
+        return namespace[new]
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def __getattr__(name):
+    return resolve_deprecated(name, globals(), __name__)
+
+
+__all__ = [
+    "EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary",
+    "DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost",
+    "binary_csrmv", "binary_csrmm", "csrmv", "csrmm", "binary_fcnmv", "binary_fcnmm", "fcnmv", "fcnmm",
+    "binary_densemv", "binary_densemm",
+    "binary_csrmv_p", "binary_csrmm_p", "csrmv_p", "csrmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcnmv_p",
+    "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
+    "EventShapeError", "EventDTypeError", "EventUnitError",
+]

@@ -1,0 +1,261 @@
+"""Spike containers: BinaryArray, WeightedArray, BitPackedBinary, CompactBinary.
+
+Each wraps one array (its ``value``); an element is active when it is non-zero. ``@`` with a
+layout (CSR, CSC, FixedNumPerPre/Post) or a dense matrix, on either side, runs the event-driven
+operator; everything else (indexing, arithmetic) acts on the plain array and returns plain arrays.
+
+Example::
+
+    s = xlakern.BinaryArray(v >= v_th)
+    i_syn = s @ W            # W: CSR / FixedNumPerPre / dense (n_pre, n_post)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax.tree_util import register_pytree_node_class
+
+from . import _units
+from ._errors import EventShapeError
+
+__all__ = ["EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary"]
+
+
+def _raw(x):
+    return x.value if isinstance(x, EventRepresentation) else x
+
+
+class EventRepresentation:
+    """Base of the spike containers: a pytree with one leaf, the wrapped array."""
+
+    __array_ufunc__ = None  # numpy defers `ndarray @ events` to our __rmatmul__
+    __array_priority__ = 100
+    _weighted = False
+
+    def __init__(self, value: Any):
+        value = _raw(value)
+        if isinstance(value, (list, tuple, np.ndarray, bool, int, float)):
+            value = jnp.asarray(value)
+        self._value = value
+
+    @property
+    def value(self):
+        """The wrapped array."""
+        return self._value
+
+    @value.setter
+    def value(self, v):
+        self._value = v
+
+    def with_value(self, value):
+        """The same container type around another array."""
+        return type(self)(value)
+
+    shape = property(lambda self: tuple(np.shape(_units.split(self._value)[0])), doc="the array's shape")
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape)))
+    dtype = property(lambda self: _units.split(self._value)[0].dtype)
+    T = property(lambda self: self._value.T, doc="the transposed plain array")
+
+    def transpose(self, *axes):
+        return self._value.transpose(*axes)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(value={self._value!r})"
+
+    def __len__(self):
+        return len(self._value)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self._value[i]
+
+    def __getitem__(self, index):
+        if isinstance(index, tuple):
+            index = tuple(_raw(i) for i in index)
+        return self._value[_raw(index)]
+
+    def tree_flatten(self):
+        return (self._value,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj._value = children[0]
+        return obj
+
+    # Arithmetic acts on the plain array (as jnp would), returning plain arrays.
+    def _bin(op):
+        def f(self, other):
+            return op(self._value, _raw(other))
+        return f
+
+    def _rbin(op):
+        def f(self, other):
+            return op(_raw(other), self._value)
+        return f
+
+    __add__, __radd__ = _bin(lambda a, b: a + b), _rbin(lambda a, b: a + b)
+    __sub__, __rsub__ = _bin(lambda a, b: a - b), _rbin(lambda a, b: a - b)
+    __mul__, __rmul__ = _bin(lambda a, b: a * b), _rbin(lambda a, b: a * b)
+    __truediv__, __rtruediv__ = _bin(lambda a, b: a / b), _rbin(lambda a, b: a / b)
+    __eq__, __ne__ = _bin(lambda a, b: a == b), _bin(lambda a, b: a != b)
+    __lt__, __le__ = _bin(lambda a, b: a < b), _bin(lambda a, b: a <= b)
+    __gt__, __ge__ = _bin(lambda a, b: a > b), _bin(lambda a, b: a >= b)
+    __and__, __or__ = _bin(lambda a, b: a & b), _bin(lambda a, b: a | b)
+    del _bin, _rbin
+    __hash__ = None
+
+    def __neg__(self):
+        return -self._value
+
+    def __invert__(self):
+        return ~self._value
+
+    # ------------------------------------------------------------------ products
+    def _check_nd(self):
+        if self.ndim not in (1, 2):
+            raise EventShapeError(f"{type(self).__name__} @: events must be 1-D or 2-D; got shape {self.shape}")
+
+    def __matmul__(self, other):
+        from ._layouts import DataRepresentation
+        from . import _ops
+
+        if isinstance(other, DataRepresentation):
+            return other.__rmatmul__(self)
+        if isinstance(other, EventRepresentation):
+            return NotImplemented
+        self._check_nd()
+        w = other
+        if np.ndim(_units.split(w)[0]) != 2:
+            raise EventShapeError(f"{type(self).__name__} @ matrix: the matrix must be 2-D; got shape "
+                                  f"{np.shape(_units.split(w)[0])}")
+        if self.ndim == 1:
+            return _ops.binary_densemv(w, self._value, transpose=True, weighted=self._weighted)
+        return _ops.binary_densemm(w, self._value.T, transpose=True, weighted=self._weighted).T
+
+    def __rmatmul__(self, other):
+        from ._layouts import DataRepresentation
+        from . import _ops
+
+        if isinstance(other, DataRepresentation):
+            return other.__matmul__(self)
+        self._check_nd()
+        if np.ndim(_units.split(other)[0]) != 2:
+            raise EventShapeError(f"matrix @ {type(self).__name__}: the matrix must be 2-D; got shape "
+                                  f"{np.shape(_units.split(other)[0])}")
+        fn = _ops.binary_densemv if self.ndim == 1 else _ops.binary_densemm
+        return fn(other, self._value, transpose=False, weighted=self._weighted)
+
+
+@register_pytree_node_class
+class BinaryArray(EventRepresentation):
+    """Binary spikes: each non-zero element counts as 1 (the value itself is never multiplied in).
+
+    Example::
+
+        s = xlakern.BinaryArray(jnp.array([True, False, True]))
+        s @ jnp.ones((3, 4))     # [2., 2., 2., 2.]
+    """
+
+    __module__ = "xlakern"
+
+    def bitpack(self):
+        """This array as a :class:`BitPackedBinary`."""
+        return BitPackedBinary(self._value)
+
+
+@register_pytree_node_class
+class WeightedArray(EventRepresentation):
+    """Float events: zero elements are skipped, non-zero ones contribute their value.
+
+    Example::
+
+        xlakern.WeightedArray(jnp.array([0., 2.])) @ W   # 2 * W[1]
+    """
+
+    __module__ = "xlakern"
+    _weighted = True
+
+
+def bitpack(arr, axis: int = 0):
+    """Pack activity (non-zero) of ``arr`` into uint32 words along ``axis`` (bit b of word w is
+    element ``32 * w + b``).
+
+    Example::
+
+        xlakern.bitpack(jnp.array([1, 0, 1]), axis=0)   # [5]
+    """
+    arr = jnp.asarray(_raw(arr)) != 0
+    axis = axis % arr.ndim
+    n = arr.shape[axis]
+    words = (n + 31) // 32
+    pad = [(0, 0)] * arr.ndim
+    pad[axis] = (0, words * 32 - n)
+    bits = jnp.pad(arr, pad).astype(jnp.uint32)
+    shape = list(bits.shape)
+    shape[axis:axis + 1] = [words, 32]
+    shifts = jnp.arange(32, dtype=jnp.uint32).reshape([32 if i == axis + 1 else 1 for i in range(len(shape))])
+    return jnp.sum(bits.reshape(shape) << shifts, axis=axis + 1, dtype=jnp.uint32)
+
+
+@register_pytree_node_class
+class BitPackedBinary(BinaryArray):
+    """Binary spikes with their bit-packed form (``packed``: one uint32 array per axis).
+    Products use the unpacked ``value``.
+
+    Example::
+
+        b = xlakern.BitPackedBinary(jnp.array([True, False, True]))
+        b.packed[0]   # [5]
+    """
+
+    __module__ = "xlakern"
+
+    @property
+    def packed(self):
+        return tuple(bitpack(self._value, a) for a in range(self.ndim))
+
+
+@register_pytree_node_class
+class CompactBinary(BinaryArray):
+    """Binary spikes with the indices of active rows (``active_ids``, padded with the row count)
+    and their count (``n_active``, shape (1,)). Products use ``value``.
+
+    Example::
+
+        c = xlakern.CompactBinary.from_array(jnp.array([0, 1, 1, 0]))
+        c.active_ids, c.n_active    # [1, 2, 4, 4], [2]
+    """
+
+    __module__ = "xlakern"
+
+    @classmethod
+    def from_array(cls, x, bit_width: int = 32):
+        if bit_width != 32:
+            raise EventShapeError(f"CompactBinary.from_array: bit_width must be 32; got {bit_width}")
+        x = jnp.asarray(_raw(x))
+        if x.ndim not in (1, 2):
+            raise EventShapeError(f"CompactBinary.from_array: expected a 1-D or 2-D array; got shape {x.shape}")
+        return cls(x)
+
+    @property
+    def _row_active(self):
+        v = self._value != 0
+        return v if v.ndim == 1 else v.any(axis=1)
+
+    @property
+    def active_ids(self):
+        n = self.shape[0]
+        return jnp.nonzero(self._row_active, size=n, fill_value=n)[0].astype(jnp.int32)
+
+    @property
+    def n_active(self):
+        return jnp.sum(self._row_active, dtype=jnp.int32).reshape(1)
+
+    @property
+    def packed(self):
+        return bitpack(self._value, self.ndim - 1)

@@ -1,0 +1,283 @@
+"""The operators' primitives: one XLACustomKernel per operator, with three backends each.
+
+* ``cpp`` (cpu): ``kernels/event_cpu.cc`` compiled by :func:`xlakern.load_cpp_file` on first use.
+* ``cuda`` (gpu): ``kernels/event_cuda.cu`` compiled by :func:`xlakern.load_cuda_file`.
+* ``jnp`` (cpu, gpu, tpu): the same arithmetic in jax.numpy, the reference the tests compare with
+  and the kernel on platforms without a compiled one.
+
+Every primitive takes the normalised operands (weights, int32/int64 indices, spikes) and returns
+the product in the accumulation dtype (float32, or float64 for float64 weights); the public
+functions in ``_ops`` validate, cast back and attach units. Static keyword arguments: ``shape``
+(the stored structure's (rows, cols)), ``transpose`` (False gathers rows, True scatters them).
+Only the public core API is used: XLACustomKernel, the loaders and their cache.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from jax.interpreters import ad
+
+from .. import XLACustomKernel, load_cpp_file, load_cuda_file
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+SDS = jax.ShapeDtypeStruct
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_module():
+    """The compiled CPU kernels (built once per machine, then loaded from xlakern's cache)."""
+    return load_cpp_file(KERNEL_DIR / "event_cpu.cc", name="xlakern_event_cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_module():
+    """The compiled CUDA kernels for the GPU JAX uses."""
+    return load_cuda_file(KERNEL_DIR / "event_cuda.cu", name="xlakern_event_cuda")
+
+
+def acc_dtype(weight_dtype) -> jnp.dtype:
+    return jnp.dtype(jnp.float64) if jnp.dtype(weight_dtype) == jnp.float64 else jnp.dtype(jnp.float32)
+
+
+def spike_factor(spikes, binary: bool, dtype):
+    """What a spike contributes: 1 where active (non-zero) for binary operators, else its value."""
+    return (spikes != 0).astype(dtype) if binary else spikes.astype(dtype)
+
+
+# ----------------------------------------------------------------------------- COO view (jnp)
+
+def synapse_rows(indices, indptr, nrows: int, nconn: int):
+    """Row of every synapse and whether it lies inside a row (the kernels' indptr clamping)."""
+    nse = indices.size
+    pos = jnp.arange(nse)
+    if nconn >= 0:
+        return pos // max(nconn, 1), jnp.ones((nse,), bool)
+    ptr = jnp.clip(indptr.astype(pos.dtype), 0, nse)
+    rows = jnp.searchsorted(ptr, pos, side="right") - 1
+    inside = (rows >= 0) & (rows < nrows)
+    return jnp.clip(rows, 0, max(nrows - 1, 0)), inside
+
+
+def _coo(data, indices, indptr, shape, nconn):
+    nrows, ncols = shape
+    cols = indices.reshape(-1)
+    rows, inside = synapse_rows(indices, indptr, nrows, nconn)
+    valid = inside & (cols >= 0) & (cols < ncols)  # out-of-range synapses are dropped
+    acc = acc_dtype(data.dtype)
+    w = jnp.broadcast_to(data.reshape(-1).astype(acc), cols.shape)
+    return rows, jnp.clip(cols, 0, max(ncols - 1, 0)), valid, w
+
+
+def reference_sparse(data, indices, indptr, spikes, *, shape, transpose, binary, nconn):
+    """jnp form of event_sparse: the product through a COO view of the structure."""
+    nrows, ncols = shape
+    acc = acc_dtype(data.dtype)
+    s2 = spikes.reshape(spikes.shape[0], -1)
+    nout = ncols if transpose else nrows
+    if nrows == 0 or ncols == 0 or indices.size == 0:
+        return jnp.zeros((nout,) + spikes.shape[1:], acc)
+    rows, cols, valid, w = _coo(data, indices, indptr, shape, nconn)
+    f = spike_factor(s2, binary, acc)
+    src, dst = (rows, cols) if transpose else (cols, rows)
+    contrib = jnp.where(valid[:, None], w[:, None] * f[src], 0)
+    out = jnp.zeros((nout, s2.shape[1]), acc).at[dst].add(contrib)
+    return out.reshape((nout,) + spikes.shape[1:])
+
+
+def sparse_data_cotangent(ct, data_aval, indices, indptr, spikes, *, shape, transpose, binary, nconn):
+    """Cotangent of the weights: the output cotangent at each synapse's output times its spike factor."""
+    acc = acc_dtype(data_aval.dtype)
+    nse = indices.size
+    if nse == 0 or shape[0] == 0 or shape[1] == 0:
+        return jnp.zeros(data_aval.shape, data_aval.dtype)
+    rows, cols, valid, _ = _coo(jnp.zeros((1,), data_aval.dtype), indices, indptr, shape, nconn)
+    s2 = spike_factor(spikes.reshape(spikes.shape[0], -1), binary, acc)
+    c2 = ct.reshape(ct.shape[0], -1).astype(acc)
+    src, dst = (rows, cols) if transpose else (cols, rows)
+    per = jnp.where(valid, jnp.sum(c2[dst] * s2[src], axis=1), 0)
+    if data_aval.size == 1:
+        return per.sum().reshape(data_aval.shape).astype(data_aval.dtype)
+    return per.reshape(data_aval.shape).astype(data_aval.dtype)
+
+
+def reference_dense(weights, spikes, *, transpose, binary):
+    acc = acc_dtype(weights.dtype)
+    w = weights.astype(acc)
+    f = spike_factor(spikes, binary, acc)
+    hi = jax.lax.Precision.HIGHEST
+    return jnp.matmul(w.T, f, precision=hi) if transpose else jnp.matmul(w, f, precision=hi)
+
+
+def dense_weight_cotangent(ct, w_aval, spikes, *, transpose, binary):
+    acc = acc_dtype(w_aval.dtype)
+    f = spike_factor(spikes, binary, acc).reshape(spikes.shape[0], -1)
+    c = ct.astype(acc).reshape(ct.shape[0], -1)
+    hi = jax.lax.Precision.HIGHEST
+    g = jnp.matmul(f, c.T, precision=hi) if transpose else jnp.matmul(c, f.T, precision=hi)
+    return g.astype(w_aval.dtype)
+
+
+# ----------------------------------------------------------------------------- primitives
+
+def _undefined(x):
+    return ad.is_undefined_primal(x)
+
+
+def _aval(x):
+    return x.aval if _undefined(x) else x
+
+
+class _Family:
+    """The primitives of one storage family (csr, fcn or dense): binary/float x mv/mm."""
+
+    def __init__(self, family: str):
+        self.family = family
+        self.ops: dict[tuple[bool, bool], XLACustomKernel] = {}
+        for binary in (True, False):
+            for mm in (False, True):
+                name = ("binary_" if binary else "") + family + ("mm" if mm else "mv")
+                op = XLACustomKernel(name)
+                self._register(op, binary)
+                self.ops[(binary, mm)] = op
+
+    # the arrays the primitive takes before the spikes
+    def n_struct(self) -> int:
+        return {"csr": 3, "fcn": 2, "dense": 1}[self.family]
+
+    def _split(self, args):
+        """(data, indices, indptr, spikes, nconn) from a call's arrays (dense: indices is None)."""
+        if self.family == "csr":
+            data, indices, indptr, spikes = args
+            return data, indices, indptr, spikes, -1
+        if self.family == "fcn":
+            data, indices, spikes = args
+            return data, indices, None, spikes, _aval(indices).shape[1]
+        weights, spikes = args
+        return weights, None, None, spikes, None
+
+    def _register(self, op: XLACustomKernel, binary: bool) -> None:
+        family = self.family
+
+        def compiled(module_fn):
+            def generator(outs, transpose, shape=None):
+                def run(*args):
+                    data, indices, indptr, spikes, nconn = self._split(args)
+                    mod = module_fn()
+                    if family == "dense":
+                        return mod.event_dense(data, spikes, outs=outs[0], transpose=transpose, binary=binary)
+                    if indptr is None:  # fixed count per row: the kernel ignores indptr
+                        indptr = jnp.zeros((1,), indices.dtype)
+                    return mod.event_sparse(data, indices.reshape(-1), indptr, spikes, outs=outs[0],
+                                            nrows=shape[0], ncols=shape[1], nconn=nconn,
+                                            transpose=transpose, binary=binary)
+                return run
+            return generator
+
+        def reference(outs, transpose, shape=None):
+            def run(*args):
+                data, indices, indptr, spikes, nconn = self._split(args)
+                if family == "dense":
+                    return reference_dense(data, spikes, transpose=transpose, binary=binary)
+                return reference_sparse(data, indices, indptr, spikes, shape=shape, transpose=transpose,
+                                        binary=binary, nconn=nconn)
+            return run
+
+        op.def_cpp_kernel(compiled(cpu_module))
+        op.def_cuda_kernel(compiled(cuda_module))
+        for platform in ("cpu", "gpu", "tpu"):
+            op.def_kernel("jnp", platform, reference)
+        op.def_jvp_rule2(*self._jvp_rules(op, binary))
+        op.def_transpose_rule(functools.partial(self._transpose, op, binary))
+        op.def_batching_rule(functools.partial(self._batch, op, binary))
+
+    # JVP: linear in the weights; the spike tangent goes through the float operator (for binary
+    # operators that is the surrogate gradient: the spikes' values instead of their activity).
+    def _jvp_rules(self, op, binary):
+        n = self.n_struct()
+
+        def wrt_data(t, *args, **kw):
+            return op(t, *args[1:], **kw)
+
+        def wrt_spikes(t, *args, **kw):
+            float_op = self.ops[(False, args[-1].ndim == 2)]
+            acc = acc_dtype(args[0].dtype)
+            return float_op(*args[:-1], t.astype(acc), **kw)
+
+        return [wrt_data] + [None] * (n - 1) + [wrt_spikes]
+
+    def _transpose(self, op, binary, cts, *args, outs, backend, transpose, shape=None):
+        data, indices, indptr, spikes, nconn = self._split(args)
+        ct = cts[0]
+        res = [None] * len(args)
+        if _undefined(data) and not _undefined(spikes):
+            if self.family == "dense":
+                res[0] = dense_weight_cotangent(ct, data.aval, spikes, transpose=transpose, binary=binary)
+            else:
+                res[0] = sparse_data_cotangent(ct, data.aval, indices, indptr, spikes, shape=shape,
+                                               transpose=transpose, binary=binary, nconn=nconn)
+        if _undefined(spikes) and not _undefined(data):
+            # the product in the opposite orientation, with the cotangent as (float) spikes
+            s_aval = spikes.aval
+            float_op = self.ops[(False, s_aval.ndim == 2)]
+            acc = acc_dtype(data.dtype)
+            kw = {} if shape is None else {"shape": shape}
+            back = float_op(*args[:-1], ct.astype(acc), outs=[SDS(s_aval.shape, acc)], backend=backend,
+                            transpose=not transpose, **kw)[0]
+            res[-1] = back.astype(s_aval.dtype)
+        return res
+
+    # vmap over the spikes alone becomes one mm launch; anything else runs as a loop.
+    def _batch(self, op, binary, args, axes, *, outs, backend, transpose, shape=None):
+        kw = {"transpose": transpose, "backend": backend}
+        if shape is not None:
+            kw["shape"] = shape
+        spikes, s_axis = args[-1], axes[-1]
+        if s_axis is not None and all(a is None for a in axes[:-1]):
+            mm = self.ops[(binary, True)]
+            out = outs[0]
+            if spikes.ndim == 2:  # mv: (batch, n) -> (n, batch)
+                s = jnp.moveaxis(spikes, s_axis, 1)
+                res = mm(*args[:-1], s, outs=[SDS((out.shape[0], s.shape[1]), out.dtype)], **kw)[0]
+                return [res], [1]
+            s = jnp.moveaxis(spikes, s_axis, 1)  # (k, batch, n) -> (k, batch * n)
+            k, b, n = s.shape
+            res = mm(*args[:-1], s.reshape(k, b * n), outs=[SDS((out.shape[0], b * n), out.dtype)], **kw)[0]
+            return [res.reshape(out.shape[0], b, n)], [1]
+        size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
+        moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
+        batched = [i for i, ax in enumerate(axes) if ax is not None]
+
+        def one(xs):
+            full = list(moved)
+            for i, x in zip(batched, xs):
+                full[i] = x
+            return op(*full, outs=list(outs), **kw)[0]
+
+        res = jax.lax.map(one, [moved[i] for i in batched])
+        assert res.shape[0] == size
+        return [res], [0]
+
+
+CSR_OPS = _Family("csr")
+FCN_OPS = _Family("fcn")
+DENSE_OPS = _Family("dense")
+
+binary_csrmv_p = CSR_OPS.ops[(True, False)]
+binary_csrmm_p = CSR_OPS.ops[(True, True)]
+csrmv_p = CSR_OPS.ops[(False, False)]
+csrmm_p = CSR_OPS.ops[(False, True)]
+binary_fcnmv_p = FCN_OPS.ops[(True, False)]
+binary_fcnmm_p = FCN_OPS.ops[(True, True)]
+fcnmv_p = FCN_OPS.ops[(False, False)]
+fcnmm_p = FCN_OPS.ops[(False, True)]
+binary_densemv_p = DENSE_OPS.ops[(True, False)]
+binary_densemm_p = DENSE_OPS.ops[(True, True)]
+densemv_p = DENSE_OPS.ops[(False, False)]
+densemm_p = DENSE_OPS.ops[(False, True)]
+
+ALL_PRIMITIVES = (binary_csrmv_p, binary_csrmm_p, csrmv_p, csrmm_p, binary_fcnmv_p, binary_fcnmm_p, fcnmv_p,
+                  fcnmm_p, binary_densemv_p, binary_densemm_p, densemv_p, densemm_p)

@@ -1,0 +1,110 @@
+// Shared by event_cpu.cc and event_cuda.cu: spike rules, row ranges, dtype dispatch and the
+// entry points' argument checks. (xk::float16_t / bfloat16_t are CUDA's own types under nvcc.)
+#pragma once
+
+#include <cstdint>
+
+namespace xk_event {
+
+using xk::DType;
+
+template <typename T> struct Tag { using type = T; };
+
+// Accumulation type: float32 for 16- and 32-bit weights, float64 for float64.
+template <typename W> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+
+// A binary spike is read as raw bits: active when a bit outside the float sign bit is set, so
+// -0.0 is inactive and NaN is active, for every width, without converting the array.
+template <typename S, bool Binary> struct SpikeRule;
+template <typename S> struct SpikeRule<S, true> {
+  S mask;
+  XK_HOST_DEVICE bool active(S x) const { return (x & mask) != 0; }
+  template <typename A> XK_HOST_DEVICE A value(S) const { return A(1); }
+};
+template <typename S> struct SpikeRule<S, false> {
+  XK_HOST_DEVICE bool active(S x) const { return x != S(0); }
+  template <typename A> XK_HOST_DEVICE A value(S x) const { return A(x); }
+};
+
+// Row r's synapses: [r*nconn, (r+1)*nconn) for fixed-count rows (nconn >= 0), else indptr's
+// entries clamped into [0, nse] so a malformed indptr never reads outside the arrays.
+template <typename I>
+XK_HOST_DEVICE inline void row_range(const I* indptr, int64_t nconn, int64_t nse, int64_t r, int64_t& begin,
+                                     int64_t& end) {
+  if (nconn >= 0) {
+    begin = r * nconn;
+    end = begin + nconn;
+    return;
+  }
+  const int64_t b = int64_t(indptr[r]), e = int64_t(indptr[r + 1]);
+  begin = b < 0 ? 0 : (b > nse ? nse : b);
+  end = e < begin ? begin : (e > nse ? nse : e);
+}
+
+inline DType acc_dtype(DType w) { return w == DType::Float64 ? DType::Float64 : DType::Float32; }
+inline int64_t batch_of(const xk::Tensor& spikes) { return spikes.ndim() == 2 ? spikes.shape(1) : 1; }
+
+template <typename F>
+void dispatch_weights(DType dt, F&& f) {
+  switch (dt) {
+    case DType::Float16: f(Tag<xk::float16_t>{}); break;
+    case DType::BFloat16: f(Tag<xk::bfloat16_t>{}); break;
+    case DType::Float32: f(Tag<float>{}); break;
+    case DType::Float64: f(Tag<double>{}); break;
+    default: XK_CHECK(false) << "weights must be float16, bfloat16, float32 or float64, got " << xk::dtype_name(dt);
+  }
+}
+
+template <typename F>
+void dispatch_index(DType dt, F&& f) {
+  if (dt == DType::Int32) f(Tag<int32_t>{});
+  else if (dt == DType::Int64) f(Tag<int64_t>{});
+  else XK_CHECK(false) << "indices must be int32 or int64, got " << xk::dtype_name(dt);
+}
+
+// Calls f(Tag<S>, rule) with the spikes' storage type and the rule for their dtype.
+template <typename F>
+void dispatch_spikes(const xk::Tensor& spikes, bool binary, DType acc, F&& f) {
+  const DType dt = spikes.dtype();
+  if (!binary) {
+    XK_CHECK(dt == acc) << "float spikes must be " << xk::dtype_name(acc) << ", got " << xk::dtype_name(dt);
+    if (dt == DType::Float64) f(Tag<double>{}, SpikeRule<double, false>{});
+    else f(Tag<float>{}, SpikeRule<float, false>{});
+    return;
+  }
+  const bool is_float = dt == DType::Float16 || dt == DType::BFloat16 || dt == DType::Float32 || dt == DType::Float64;
+  switch (xk::dtype_size(dt)) {
+    case 1: f(Tag<uint8_t>{}, SpikeRule<uint8_t, true>{uint8_t(0xffu)}); break;
+    case 2: f(Tag<uint16_t>{}, SpikeRule<uint16_t, true>{uint16_t(is_float ? 0x7fffu : 0xffffu)}); break;
+    case 4: f(Tag<uint32_t>{}, SpikeRule<uint32_t, true>{is_float ? 0x7fffffffu : 0xffffffffu}); break;
+    case 8: f(Tag<uint64_t>{}, SpikeRule<uint64_t, true>{is_float ? ~(uint64_t(1) << 63) : ~uint64_t(0)}); break;
+    default: XK_CHECK(false) << "unsupported spike dtype " << xk::dtype_name(dt);
+  }
+}
+
+// The checks both platforms run before touching memory (Python validated already; these keep a
+// direct FFI call from reading out of bounds).
+inline void check_sparse(const xk::Tensor& data, const xk::Tensor& indices, const xk::Tensor& indptr,
+                         const xk::Tensor& spikes, const xk::Tensor& out, int64_t nrows, int64_t ncols,
+                         int64_t nconn, bool transpose) {
+  const int64_t batch = batch_of(spikes);
+  XK_CHECK(out.dtype() == acc_dtype(data.dtype())) << "output dtype does not match the weights";
+  XK_CHECK(spikes.numel() == (transpose ? nrows : ncols) * batch) << "spike count does not match the structure";
+  XK_CHECK(out.numel() == (transpose ? ncols : nrows) * batch) << "output size does not match the structure";
+  XK_CHECK(nconn >= 0 ? indices.numel() == nrows * nconn : indptr.numel() == nrows + 1) << "bad row structure";
+  XK_CHECK(data.numel() == 1 || data.numel() == indices.numel()) << "data must hold one weight or one per synapse";
+  XK_CHECK(nconn >= 0 || indptr.dtype() == indices.dtype()) << "indptr and indices dtypes differ";
+}
+
+inline void check_dense(const xk::Tensor& weights, const xk::Tensor& spikes, const xk::Tensor& out, bool transpose) {
+  XK_CHECK(weights.ndim() == 2) << "weights must be a matrix";
+  const int64_t batch = batch_of(spikes);
+  XK_CHECK(out.dtype() == acc_dtype(weights.dtype())) << "output dtype does not match the weights";
+  XK_CHECK(spikes.numel() == (transpose ? weights.shape(0) : weights.shape(1)) * batch)
+      << "spike count does not match the matrix";
+  XK_CHECK(out.numel() == (transpose ? weights.shape(1) : weights.shape(0)) * batch)
+      << "output size does not match the matrix";
+}
+
+}  // namespace xk_event

@@ -1,0 +1,238 @@
+// CUDA kernels of xlakern.event: the GPU twins of event_cpu.cc (same entry points, attributes,
+// orientation convention, output dtypes and out-of-range policy; see that file's header).
+//
+//   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced,
+//                   test the spike, read the weight only for active spikes, warp-reduce.
+//   sparse scatter  one warp per 32 rows: lanes read 32 spikes coalesced, a ballot names the
+//                   active rows, then the whole warp walks each active row's synapses and
+//                   atomically adds into out (inactive rows cost one coalesced read).
+//   dense gather    one warp per (row, batch column), skipping inactive columns.
+//   dense scatter   one thread per output column; each block compacts the active rows of a
+//                   256-row chunk into shared memory (ballot prefix) and every thread sums those
+//                   rows' weights of its column (coalesced across threads); with few columns the
+//                   rows are split over grid z and the slices add into out atomically.
+// Outputs the kernel accumulates into are cleared with cudaMemsetAsync on XLA's stream, so the
+// whole call stays capturable in a CUDA graph.
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <algorithm>
+#include <cstdint>
+
+#include "event_common.h"
+
+namespace {
+
+using namespace xk_event;
+
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ double widen(double x) { return x; }
+__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+template <typename W, typename I, typename S, bool Binary>
+__global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
+    const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
+    typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse,
+    int64_t nconn, bool homo, SpikeRule<S, Binary> rule) {
+  using A = typename AccOf<W>::type;
+  const int64_t r = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= nrows) return;  // whole warps leave together
+  int64_t begin, end;
+  row_range(indptr, nconn, nse, r, begin, end);
+  const A w0 = homo ? A(widen(data[0])) : A(0);
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    A acc = A(0);
+    for (int64_t p = begin + lane; p < end; p += 32) {
+      const int64_t j = int64_t(idx[p]);
+      if (uint64_t(j) >= uint64_t(ncols)) continue;  // out of range: dropped
+      const S s = spk[j * batch + b];
+      if (rule.active(s)) acc += (homo ? w0 : A(widen(data[p]))) * rule.template value<A>(s);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) out[r * batch + b] = acc;
+  }
+}
+
+template <typename W, typename I, typename S, bool Binary>
+__global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
+    const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
+    typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse,
+    int64_t nconn, bool homo, SpikeRule<S, Binary> rule) {
+  using A = typename AccOf<W>::type;
+  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * 32;
+  const int lane = threadIdx.x & 31;
+  if (first_row >= nrows) return;
+  const A w0 = homo ? A(widen(data[0])) : A(0);
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    const int64_t mine = first_row + lane;
+    S s = S(0);
+    if (mine < nrows) s = spk[mine * batch + b];
+    const bool on = mine < nrows && rule.active(s);
+    unsigned pending = __ballot_sync(0xffffffffu, on);
+    while (pending) {
+      const int src = __ffs(pending) - 1;
+      pending &= pending - 1;
+      const int64_t r = first_row + src;
+      const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
+      int64_t begin, end;
+      row_range(indptr, nconn, nse, r, begin, end);
+      for (int64_t p = begin + lane; p < end; p += 32) {
+        const int64_t j = int64_t(idx[p]);
+        if (uint64_t(j) >= uint64_t(ncols)) continue;
+        atomicAdd(out + j * batch + b, (homo ? w0 : A(widen(data[p]))) * v);
+      }
+    }
+  }
+}
+
+template <typename W, typename S, bool Binary>
+__global__ void __launch_bounds__(kThreads) dense_gather_kernel(
+    const W* __restrict__ w, const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows,
+    int64_t ncols, int64_t batch, SpikeRule<S, Binary> rule) {
+  using A = typename AccOf<W>::type;
+  const int64_t r = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= nrows) return;
+  const W* row = w + r * ncols;
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    A acc = A(0);
+    for (int64_t c = lane; c < ncols; c += 32) {
+      const S s = spk[c * batch + b];
+      if (rule.active(s)) acc += A(widen(row[c])) * rule.template value<A>(s);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) out[r * batch + b] = acc;
+  }
+}
+
+template <typename W, typename S, bool Binary>
+__global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
+    const W* __restrict__ w, const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows,
+    int64_t ncols, int64_t batch, int64_t rows_per_part, SpikeRule<S, Binary> rule) {
+  using A = typename AccOf<W>::type;
+  __shared__ int64_t rows[kThreads];
+  __shared__ A vals[kThreads];
+  __shared__ int warp_counts[kWarps];
+  const int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // blockIdx.z picks a slice of the rows; slices add their partial sums atomically (out was cleared)
+  const int64_t r_begin = int64_t(blockIdx.z) * rows_per_part;
+  const int64_t r_end = min(nrows, r_begin + rows_per_part);
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    A acc = A(0);
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += kThreads) {
+      const int64_t r = r0 + threadIdx.x;
+      S s = S(0);
+      if (r < r_end) s = spk[r * batch + b];
+      const bool on = r < r_end && rule.active(s);
+      const unsigned ballot = __ballot_sync(0xffffffffu, on);
+      if (lane == 0) warp_counts[warp] = __popc(ballot);
+      __syncthreads();
+      int offset = 0, total = 0;
+      for (int k = 0; k < kWarps; ++k) {
+        if (k < warp) offset += warp_counts[k];
+        total += warp_counts[k];
+      }
+      if (on) {
+        const int slot = offset + __popc(ballot & ((1u << lane) - 1u));
+        rows[slot] = r;
+        vals[slot] = rule.template value<A>(s);
+      }
+      __syncthreads();
+      if (c < ncols)
+        for (int k = 0; k < total; ++k) acc += A(widen(w[rows[k] * ncols + c])) * vals[k];
+      __syncthreads();
+    }
+    if (c < ncols) {
+      if (gridDim.z > 1) atomicAdd(out + c * batch + b, acc);
+      else out[c * batch + b] = acc;
+    }
+  }
+}
+
+// Blocks along y cover batch columns (the kernels stride over the rest).
+unsigned grid_y(int64_t batch) { return unsigned(batch < 65535 ? batch : 65535); }
+unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
+
+}  // namespace
+
+// @xk event_sparse arg arg arg arg ret attr.nrows:int64 attr.ncols:int64 attr.nconn:int64 attr.transpose:bool attr.binary:bool stream
+void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Tensor indptr, const xk::Tensor spikes,
+                  xk::Tensor out, int64_t nrows, int64_t ncols, int64_t nconn, bool transpose, bool binary,
+                  int64_t stream) {
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  const int64_t batch = batch_of(spikes), nse = indices.numel();
+  const bool homo = data.numel() == 1;
+  check_sparse(data, indices, indptr, spikes, out, nrows, ncols, nconn, transpose);
+  if (out.numel() == 0) return;
+  if (transpose) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
+  if (nrows == 0) return;
+  const int64_t warps = transpose ? (nrows + 31) / 32 : nrows;
+  const dim3 grid(grid_for_warps(warps), grid_y(batch));
+  dispatch_weights(data.dtype(), [&](auto wt) {
+    using W = typename decltype(wt)::type;
+    using A = typename AccOf<W>::type;
+    dispatch_index(indices.dtype(), [&](auto it) {
+      using I = typename decltype(it)::type;
+      dispatch_spikes(spikes, binary, acc_dtype(data.dtype()), [&](auto stag, auto rule) {
+        using S = typename decltype(stag)::type;
+        const I* ptr = nconn >= 0 ? nullptr : indptr.data_ptr<I>();
+        if (transpose)
+          sparse_scatter_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
+                                                           spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
+                                                           batch, nse, nconn, homo, rule);
+        else
+          sparse_gather_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
+                                                          spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
+                                                          batch, nse, nconn, homo, rule);
+      });
+    });
+  });
+  XK_CHECK_LAUNCH();
+}
+
+// @xk event_dense arg arg ret attr.transpose:bool attr.binary:bool stream
+void event_dense(const xk::Tensor weights, const xk::Tensor spikes, xk::Tensor out, bool transpose, bool binary,
+                 int64_t stream) {
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  check_dense(weights, spikes, out, transpose);
+  const int64_t nrows = weights.shape(0), ncols = weights.shape(1), batch = batch_of(spikes);
+  if (out.numel() == 0) return;
+  // Dense scatter: one thread per column, and enough row slices (grid z) to fill the GPU when
+  // there are few columns.
+  const int64_t col_blocks = (ncols + kThreads - 1) / kThreads;
+  int64_t parts = 1;
+  if (transpose) {
+    parts = std::min<int64_t>((1024 + col_blocks - 1) / col_blocks, (nrows + kThreads - 1) / kThreads);
+    parts = std::max<int64_t>(std::min<int64_t>(parts, 65535), 1);
+  }
+  const int64_t rows_per_part = (nrows + parts - 1) / parts;
+  if (parts > 1) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
+  const dim3 grid(transpose ? unsigned(col_blocks) : grid_for_warps(nrows), grid_y(batch), unsigned(parts));
+  dispatch_weights(weights.dtype(), [&](auto wt) {
+    using W = typename decltype(wt)::type;
+    using A = typename AccOf<W>::type;
+    dispatch_spikes(spikes, binary, acc_dtype(weights.dtype()), [&](auto stag, auto rule) {
+      using S = typename decltype(stag)::type;
+      if (transpose)
+        dense_scatter_kernel<<<grid, kThreads, 0, st>>>(weights.data_ptr<W>(), spikes.data_ptr<S>(),
+                                                        out.data_ptr<A>(), nrows, ncols, batch, rows_per_part, rule);
+      else
+        dense_gather_kernel<<<grid, kThreads, 0, st>>>(weights.data_ptr<W>(), spikes.data_ptr<S>(),
+                                                       out.data_ptr<A>(), nrows, ncols, batch, rule);
+    });
+  });
+  XK_CHECK_LAUNCH();
+}

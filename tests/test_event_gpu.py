@@ -1,0 +1,112 @@
+"""Event operators on the GPU (CUDA kernels): sizes, repeated calls in a jitted loop, AD, vmap, policy."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xlakern
+from _event_cases import random_csr, random_fcn
+
+pytestmark = pytest.mark.gpu
+
+
+def _big_csr(rng, n, k):
+    idx = rng.integers(0, n, size=(n, k))
+    data = rng.standard_normal((n, k)).astype(np.float32)
+    ptr = np.arange(0, n * k + 1, k)
+    return data.reshape(-1), idx.reshape(-1).astype(np.int32), ptr.astype(np.int32), idx, data
+
+
+def _ref_scatter(idx, data, active, n):
+    out = np.zeros(n)
+    rows = np.nonzero(active)[0]
+    np.add.at(out, idx[rows].reshape(-1), data[rows].reshape(-1).astype(np.float64))
+    return out
+
+
+def test_cuda_is_the_default_gpu_backend():
+    for p in xlakern.event._kernels.ALL_PRIMITIVES:
+        assert p.get_default("gpu") == "cuda"
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.5])
+def test_large_csr_and_fcn_both_orientations(rng, rate):
+    n, k = 20000, 80
+    data, idx, ptr, idx2, data2 = _big_csr(rng, n, k)
+    s = rng.random(n) < rate
+    expect_scatter = _ref_scatter(idx2, data2, s, n)
+    out = xlakern.binary_csrmv(data, idx, ptr, s, shape=(n, n), transpose=True)
+    np.testing.assert_allclose(np.asarray(out), expect_scatter, rtol=1e-4, atol=1e-3)
+    out = xlakern.binary_fcnmv(data2, idx2.astype(np.int32), s, shape=(n, n), transpose=True)
+    np.testing.assert_allclose(np.asarray(out), expect_scatter, rtol=1e-4, atol=1e-3)
+    expect_gather = (data2.astype(np.float64) * s[idx2]).sum(1)
+    out = xlakern.binary_csrmv(data, idx, ptr, s, shape=(n, n), transpose=False)
+    np.testing.assert_allclose(np.asarray(out), expect_gather, rtol=1e-4, atol=1e-3)
+    out = xlakern.binary_fcnmv(data2, idx2.astype(np.int32), s, shape=(n, n), transpose=False)
+    np.testing.assert_allclose(np.asarray(out), expect_gather, rtol=1e-4, atol=1e-3)
+
+
+def test_jitted_loop_clears_outputs_every_step(rng):
+    """A 100-step scan: each step's scatter output must start from zero (buffers are reused)."""
+    n, k, steps = 3000, 20, 100
+    data, idx, ptr, idx2, data2 = _big_csr(rng, n, k)
+    W = xlakern.CSR((data, idx, ptr), shape=(n, n))
+    S = rng.random((steps, n)) < 0.05
+
+    @jax.jit
+    def run(W, S):
+        def step(c, s):
+            y = xlakern.BinaryArray(s) @ W
+            return c + y, y
+        return jax.lax.scan(step, jnp.zeros(n, jnp.float32), S)
+
+    total, ys = run(W, S)
+    expect = np.stack([_ref_scatter(idx2, data2, s, n) for s in S])
+    np.testing.assert_allclose(np.asarray(ys), expect, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(total), expect.sum(0), rtol=1e-3, atol=1e-2)
+
+
+def test_grad_and_vmap_on_gpu(rng):
+    dense, data, idx, ptr = random_csr(rng, 300, 200, 0.05)
+    data, idx, ptr = data.astype(np.float32), idx.astype(np.int32), ptr.astype(np.int32)
+    rows = np.repeat(np.arange(300), np.diff(ptr))
+    S = rng.random((37, 300)) < 0.2
+    f = lambda s: xlakern.binary_csrmv(data, idx, ptr, s, shape=(300, 200), transpose=True)
+    np.testing.assert_allclose(np.asarray(jax.vmap(f)(S)), S @ dense, rtol=1e-4, atol=1e-4)
+    c = rng.standard_normal(200).astype(np.float32)
+    s = S[0]
+    g = jax.grad(lambda d: jnp.dot(c, xlakern.binary_csrmv(d, idx, ptr, s, shape=(300, 200), transpose=True)))(
+        jnp.asarray(data))
+    np.testing.assert_allclose(np.asarray(g), s[rows] * c[idx], rtol=1e-5, atol=1e-6)
+    v = np.where(s, rng.uniform(0.5, 1.5, 300), 0).astype(np.float32)
+    gs = jax.grad(lambda v: jnp.dot(c, xlakern.binary_csrmv(data, idx, ptr, v, shape=(300, 200), transpose=True)))(
+        jnp.asarray(v))
+    np.testing.assert_allclose(np.asarray(gs), dense @ c, rtol=1e-4, atol=1e-4)
+
+
+def test_out_of_range_indices_dropped_on_gpu(rng):
+    data = rng.standard_normal(6).astype(np.float32)
+    idx = np.array([0, 7, -1, 2, 100000, 3], np.int32)
+    ptr = np.array([0, 3, 6], np.int32)
+    out = xlakern.binary_csrmv(data, idx, ptr, np.ones(2, bool), shape=(2, 4), transpose=True)
+    expect = np.zeros(4)
+    expect[0], expect[2], expect[3] = data[0], data[3], data[5]
+    np.testing.assert_allclose(np.asarray(out), expect, rtol=1e-6)
+    out = xlakern.binary_csrmv(data, idx, ptr, np.ones(4, bool), shape=(2, 4), transpose=False)
+    np.testing.assert_allclose(np.asarray(out), [data[0], data[3] + data[5]], rtol=1e-6)
+
+
+def test_batch_wider_than_one_grid_dimension(rng):
+    """More batch columns than gridDim.y allows (65535): the kernels stride over the rest."""
+    dense, w, idx = random_fcn(rng, 3, 4, 2)
+    B = rng.random((3, 70000)) < 0.5
+    out = xlakern.binary_fcnmm(w.astype(np.float32), idx.astype(np.int32), B, shape=(3, 4), transpose=True)
+    np.testing.assert_allclose(np.asarray(out), dense.T @ B, rtol=1e-5, atol=1e-5)
+    B2 = rng.random((4, 70000)) < 0.5
+    out = xlakern.binary_densemm(jnp.asarray(dense, jnp.float32), B2, transpose=False)
+    np.testing.assert_allclose(np.asarray(out), dense @ B2, rtol=1e-5, atol=1e-5)
+    out = xlakern.binary_densemm(jnp.asarray(dense, jnp.float32), B, transpose=True)
+    np.testing.assert_allclose(np.asarray(out), dense.T @ B, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,167 @@
+"""Event-driven operators against dense float64 products (CPU in CI; the same cases on the GPU)."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xlakern
+from _event_cases import OPS, call, make, reference, spikes
+from conftest import x64
+
+FAMILY_CASES = [(f, b, mm) for (f, b, mm) in OPS]
+
+
+def _check_family(rng, family, binary, mm, transpose, backend):
+    with x64():
+        for (rows, cols), density in itertools.product([(37, 23), (5, 64), (1, 1)], [0.0, 0.1, 0.6]):
+            dense, arrays = make(rng, family, rows, cols, density)
+            n = rows if transpose else cols
+            for pattern, batch in itertools.product(["random", "zero", "all"], [1, 37] if mm else [None]):
+                s = spikes(rng, n, batch, pattern, bool if binary else np.float64)
+                out = call(family, binary, mm, dense, arrays, s, transpose, backend, dtype=jnp.float64)
+                assert out.dtype == jnp.float64
+                np.testing.assert_allclose(np.asarray(out), reference(dense, s, binary, transpose),
+                                           rtol=1e-10, atol=1e-10, err_msg=f"{rows}x{cols} d={density} {pattern}")
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("family,binary,mm", FAMILY_CASES)
+@pytest.mark.parametrize("backend", ["cpp", "jnp"])
+def test_operator_matches_dense_product(rng, on_cpu, family, binary, mm, transpose, backend):
+    _check_family(rng, family, binary, mm, transpose, backend)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("family,binary,mm", FAMILY_CASES)
+def test_operator_matches_dense_product_gpu(rng, family, binary, mm, transpose):
+    _check_family(rng, family, binary, mm, transpose, "cuda")
+
+
+def _dtype_cases(rng, backend):
+    rows, cols = 40, 300
+    tol = {jnp.float16: 2e-2, jnp.bfloat16: 5e-2, jnp.float32: 1e-5}
+    for family, wdt, idt, sdt, transpose in itertools.product(
+            ["csr", "fcn", "dense"], [jnp.float16, jnp.bfloat16, jnp.float32], [np.int32, np.int64],
+            [bool, np.int8, np.float32, np.float16], [False, True]):
+        if family == "dense" and idt == np.int64:
+            continue
+        dense, arrays = make(rng, family, rows, cols, 0.2)
+        # the weights as the kernel sees them (rounded to wdt) make the reference exact
+        dense = np.asarray(jnp.asarray(dense, wdt).astype(jnp.float32), np.float64)
+        arrays = tuple(np.asarray(jnp.asarray(a, wdt).astype(jnp.float32)) if i == 0 else a
+                       for i, a in enumerate(arrays))
+        s = spikes(rng, rows if transpose else cols, None, "random", sdt)
+        out = call(family, True, False, dense, arrays, s, transpose, backend, dtype=wdt, index_dtype=idt)
+        assert out.dtype == wdt
+        ref = reference(dense, s, True, transpose)
+        np.testing.assert_allclose(np.asarray(out.astype(jnp.float32)), ref, rtol=tol[wdt],
+                                   atol=tol[wdt] * np.abs(ref).max(initial=1.0),
+                                   err_msg=f"{family} {wdt} {idt} {sdt} transpose={transpose}")
+
+
+def test_weight_index_and_spike_dtypes(rng, on_cpu):
+    """float16/bfloat16/float32 weights (accumulated in float32), int32/int64 indices, bool/int/float spikes."""
+    with x64():  # int64 indices exist only with x64
+        _dtype_cases(rng, "cpp")
+
+
+@pytest.mark.gpu
+def test_weight_index_and_spike_dtypes_gpu(rng):
+    with x64():
+        _dtype_cases(rng, "cuda")
+
+
+def test_half_weights_accumulate_in_float32(on_cpu):
+    # 4096 contributions of 1.0 are exact in float32 but not in float16 (2048 + 1 rounds to 2048)
+    n = 4096
+    data, idx, ptr = jnp.ones(n, jnp.float16), jnp.zeros(n, jnp.int32), jnp.array([0, n], jnp.int32)
+    out = xlakern.binary_csrmv(data, idx, ptr, jnp.ones(1, bool), shape=(1, 1), transpose=True)
+    assert out.dtype == jnp.float16 and float(out[0]) == 4096.0
+
+
+@pytest.mark.parametrize("backend", ["cpp", "jnp"])
+def test_homogeneous_weight(rng, on_cpu, backend):
+    with x64():
+        dense, data, idx, ptr = _csr(rng, 30, 20, 0.3)
+        mask = (dense != 0).astype(np.float64)
+        s = rng.random(30) < 0.4
+        for w in (jnp.asarray([1.7]), jnp.asarray(1.7)):
+            out = xlakern.binary_csrmv(w, idx, ptr, s, shape=(30, 20), transpose=True, backend=backend)
+            np.testing.assert_allclose(out, 1.7 * (s @ mask), rtol=1e-12)
+        _, w_fcn, idx_fcn = _fcn(rng, 30, 20, 4)
+        m = np.zeros((30, 20))
+        for r in range(30):
+            m[r, idx_fcn[r]] += 1.0
+        out = xlakern.binary_fcnmv(jnp.asarray([-0.5]), idx_fcn, s, shape=(30, 20), transpose=True, backend=backend)
+        np.testing.assert_allclose(out, -0.5 * (s @ m), rtol=1e-12)
+
+
+def _csr(rng, r, c, d):
+    from _event_cases import random_csr
+
+    return random_csr(rng, r, c, d)
+
+
+def _fcn(rng, r, c, k):
+    from _event_cases import random_fcn
+
+    return random_fcn(rng, r, c, k)
+
+
+def test_fixed_count_with_zero_targets(on_cpu, rng):
+    idx = jnp.zeros((7, 0), jnp.int32)
+    for transpose in (False, True):
+        s = rng.random(7 if transpose else 5) < 0.5
+        out = xlakern.binary_fcnmv(jnp.zeros((7, 0)), idx, s, shape=(7, 5), transpose=transpose)
+        assert out.shape == ((5,) if transpose else (7,))
+        np.testing.assert_array_equal(out, 0)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "jnp"])
+def test_out_of_range_indices_are_dropped(rng, on_cpu, backend):
+    with x64():
+        dense, data, idx, ptr = _csr(rng, 20, 15, 0.4, )
+        bad = idx.copy()
+        pick = rng.choice(len(idx), size=max(1, len(idx) // 4), replace=False)
+        bad[pick] = rng.choice([-1, -1000, 15, 10**6], size=pick.size)
+        kept = np.zeros_like(dense)
+        rows = np.repeat(np.arange(20), np.diff(ptr))
+        ok = (bad >= 0) & (bad < 15)
+        np.add.at(kept, (rows[ok], bad[ok]), data[ok])
+        for transpose in (False, True):
+            s = rng.random(20 if transpose else 15) < 0.5
+            out = xlakern.binary_csrmv(data, bad, ptr, s, shape=(20, 15), transpose=transpose, backend=backend)
+            np.testing.assert_allclose(out, reference(kept, s, True, transpose), rtol=1e-12, atol=1e-12)
+        w_fcn = rng.standard_normal((6, 3))
+        idx_fcn = np.array([[0, 99, 2]] * 6)
+        s = np.ones(6, bool)
+        out = xlakern.binary_fcnmv(w_fcn, idx_fcn, s, shape=(6, 4), transpose=True, backend=backend)
+        expect = np.zeros(4)
+        expect[0], expect[2] = w_fcn[:, 0].sum(), w_fcn[:, 2].sum()
+        np.testing.assert_allclose(out, expect, rtol=1e-12)
+
+
+def test_malformed_indptr_stays_in_bounds(on_cpu):
+    # indptr pointing far outside the index array: clamped, so the kernel reads nothing out of bounds
+    data, idx = jnp.ones(4), jnp.array([0, 1, 2, 3], jnp.int32)
+    ptr = jnp.array([0, 2, 10**6, -5], jnp.int32)
+    out = xlakern.binary_csrmv(data, idx, ptr, jnp.ones(3, bool), shape=(3, 4), transpose=True)
+    np.testing.assert_allclose(out, [1, 1, 1, 1])  # row 1 clamps to [2, 4); row 2 is empty
+    out = xlakern.binary_csrmv(data, idx, ptr, jnp.ones(4, bool), shape=(3, 4), transpose=False)
+    np.testing.assert_allclose(out, [2, 2, 0])
+
+
+def test_weighted_events_use_their_values(rng, on_cpu):
+    with x64():
+        dense, data, idx, ptr = _csr(rng, 25, 12, 0.3)
+        W = xlakern.CSR((data, idx, ptr), shape=(25, 12))
+        v = np.where(rng.random(25) < 0.3, rng.standard_normal(25), 0.0)
+        np.testing.assert_allclose(xlakern.WeightedArray(v) @ W, v @ dense, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(xlakern.WeightedArray(v) @ jnp.asarray(dense), v @ dense, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(xlakern.BinaryArray(v) @ W, (v != 0) @ dense, rtol=1e-10, atol=1e-12)

@@ -1,0 +1,425 @@
+"""Event operators under jit / grad / vmap, layouts as pytrees, units, errors and the kernel cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xlakern
+from _event_cases import random_csr, random_fcn
+from conftest import x64
+
+pytestmark = pytest.mark.usefixtures("on_cpu")
+
+
+def _dense_from(data, rows, cols, shape):
+    """Differentiable dense matrix with data[p] at (rows[p], cols[p])."""
+    return jnp.zeros(shape, data.dtype).at[rows, cols].add(data)
+
+
+def _csr_case(rng, m=23, n=17, density=0.3):
+    dense, data, idx, ptr = random_csr(rng, m, n, density)
+    rows = np.repeat(np.arange(m), np.diff(ptr))
+    return dense, jnp.asarray(data), jnp.asarray(idx), jnp.asarray(ptr), rows
+
+
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_grad_wrt_weights_matches_dense(rng, binary, transpose):
+    with x64():
+        dense, data, idx, ptr, rows = _csr_case(rng)
+        m, n = dense.shape
+        s = np.where(rng.random(m if transpose else n) < 0.4, rng.standard_normal(m if transpose else n), 0.0)
+        c = rng.standard_normal(n if transpose else m)
+        f = (s != 0).astype(float) if binary else s
+        op = xlakern.binary_csrmv if binary else xlakern.csrmv
+
+        def sparse_loss(d):
+            return jnp.dot(c, op(d, idx, ptr, s, shape=(m, n), transpose=transpose))
+
+        def dense_loss(d):
+            D = _dense_from(d, rows, np.asarray(idx), (m, n))
+            return jnp.dot(c, (D.T if transpose else D) @ f)
+
+        np.testing.assert_allclose(jax.grad(sparse_loss)(data), jax.grad(dense_loss)(data), rtol=1e-10, atol=1e-12)
+        # homogeneous weight: the gradient is the sum over synapses
+        g = jax.grad(sparse_loss)(jnp.asarray([0.7]))
+        np.testing.assert_allclose(g, [jax.grad(dense_loss)(jnp.full(data.shape, 0.7)).sum()], rtol=1e-10)
+        # forward mode agrees too
+        t = jnp.asarray(rng.standard_normal(data.shape))
+        np.testing.assert_allclose(jax.jvp(sparse_loss, (data,), (t,))[1], jax.jvp(dense_loss, (data,), (t,))[1],
+                                   rtol=1e-10)
+
+
+@pytest.mark.parametrize("family", ["csr", "fcn", "dense"])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_spike_gradient_is_the_product_in_the_other_orientation(rng, family, transpose):
+    """Float spikes: exact gradient; binary spikes: the surrogate (the same dense product)."""
+    with x64():
+        m, n = 19, 13
+        if family == "csr":
+            dense, data, idx, ptr = random_csr(rng, m, n, 0.4)
+            ops = (lambda v: xlakern.binary_csrmv(data, idx, ptr, v, shape=(m, n), transpose=transpose),
+                   lambda v: xlakern.csrmv(data, idx, ptr, v, shape=(m, n), transpose=transpose))
+        elif family == "fcn":
+            dense, w, idx = random_fcn(rng, m, n, 3)
+            ops = (lambda v: xlakern.binary_fcnmv(w, idx, v, shape=(m, n), transpose=transpose),
+                   lambda v: xlakern.fcnmv(w, idx, v, shape=(m, n), transpose=transpose))
+        else:
+            dense = rng.standard_normal((m, n))
+            ops = (lambda v: xlakern.binary_densemv(dense, v, transpose=transpose),
+                   lambda v: xlakern.binary_densemv(dense, v, transpose=transpose, weighted=True))
+        s = np.where(rng.random(m if transpose else n) < 0.5, rng.uniform(0.5, 1.5, m if transpose else n), 0.0)
+        c = rng.standard_normal(n if transpose else m)
+        expect = (dense if transpose else dense.T) @ c
+        for op in ops:
+            g = jax.grad(lambda v: jnp.dot(c, op(v)))(jnp.asarray(s))
+            np.testing.assert_allclose(g, expect, rtol=1e-10, atol=1e-12)
+
+
+def test_mm_gradients(rng):
+    with x64():
+        dense, data, idx, ptr, rows = _csr_case(rng)
+        m, n = dense.shape
+        B = np.where(rng.random((n, 5)) < 0.3, rng.standard_normal((n, 5)), 0.0)
+        C = rng.standard_normal((m, 5))
+
+        def sparse_loss(d, b):
+            return jnp.sum(C * xlakern.csrmm(d, idx, ptr, b, shape=(m, n)))
+
+        def dense_loss(d, b):
+            return jnp.sum(C * (_dense_from(d, rows, np.asarray(idx), (m, n)) @ b))
+
+        for a, b in zip(jax.grad(sparse_loss, (0, 1))(data, B), jax.grad(dense_loss, (0, 1))(data, B)):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _primitive_names(jaxpr):
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for sub in jax.core.subjaxprs(eqn) if hasattr(jax.core, "subjaxprs") else ():
+            names |= _primitive_names(sub)
+        for v in eqn.params.values():
+            inner = getattr(v, "jaxpr", None)
+            if inner is not None:
+                names |= _primitive_names(getattr(inner, "jaxpr", inner))
+    return names
+
+
+@pytest.mark.parametrize("batch", [1, 37])
+def test_vmap_over_spikes_is_one_mm_launch(rng, batch):
+    with x64():
+        dense, data, idx, ptr, _ = _csr_case(rng)
+        m, n = dense.shape
+        S = rng.random((batch, m)) < 0.3
+        f = lambda s: xlakern.binary_csrmv(data, idx, ptr, s, shape=(m, n), transpose=True)
+        out = jax.vmap(f)(S)
+        np.testing.assert_allclose(out, S.astype(float) @ dense, rtol=1e-10, atol=1e-12)
+        names = _primitive_names(jax.make_jaxpr(jax.vmap(f))(S).jaxpr)
+        assert "binary_csrmm" in names and "binary_csrmv" not in names
+        # in_axes=1 and an mm op under vmap
+        np.testing.assert_allclose(jax.vmap(f, in_axes=1)(S.T), S.astype(float) @ dense, rtol=1e-10, atol=1e-12)
+        S3 = rng.random((3, m, 4)) < 0.3
+        g = lambda s: xlakern.binary_csrmm(data, idx, ptr, s, shape=(m, n), transpose=True)
+        np.testing.assert_allclose(jax.vmap(g)(S3), np.einsum("bmk,mn->bnk", S3.astype(float), dense),
+                                   rtol=1e-10, atol=1e-12)
+        w_fcn_dense, w, fidx = random_fcn(rng, m, n, 4)
+        h = lambda s: xlakern.binary_fcnmv(w, fidx, s, shape=(m, n), transpose=True)
+        np.testing.assert_allclose(jax.vmap(h)(S), S.astype(float) @ w_fcn_dense, rtol=1e-10, atol=1e-12)
+
+
+def test_vmap_over_weights_and_grad_of_vmap(rng):
+    with x64():
+        dense, data, idx, ptr, rows = _csr_case(rng)
+        m, n = dense.shape
+        datas = jnp.stack([data, 2 * data, -data])
+        s = rng.random(m) < 0.5
+        out = jax.vmap(lambda d: xlakern.binary_csrmv(d, idx, ptr, s, shape=(m, n), transpose=True))(datas)
+        np.testing.assert_allclose(out, np.stack([1, 2, -1])[:, None] * (s @ dense), rtol=1e-10, atol=1e-12)
+        S = (rng.random((4, m)) < 0.5).astype(float)
+        loss = lambda d: jnp.sum(jax.vmap(lambda v: xlakern.csrmv(d, idx, ptr, v, shape=(m, n), transpose=True))(S))
+        dloss = lambda d: jnp.sum(S @ _dense_from(d, rows, np.asarray(idx), (m, n)))
+        np.testing.assert_allclose(jax.grad(loss)(data), jax.grad(dloss)(data), rtol=1e-10)
+
+
+def test_layouts_inside_jit_both_orientations_and_repeated_traces(rng):
+    dense, data, idx, ptr = random_csr(rng, 30, 20, 0.3)
+    idx32, ptr32 = idx.astype(np.int32), ptr.astype(np.int32)
+    traces = []
+
+    @jax.jit
+    def step(d, i, p, pre, post):
+        traces.append(1)
+        W = xlakern.CSR((d, i, p), shape=(30, 20))  # built from traced arrays
+        return xlakern.BinaryArray(pre) @ W, W @ xlakern.BinaryArray(post), W.T @ xlakern.BinaryArray(pre)
+
+    for scale in (1.0, -2.0, 0.5):
+        pre, post = rng.random(30) < 0.3, rng.random(20) < 0.3
+        a, b, c = step(jnp.asarray(data * scale, jnp.float32), idx32, ptr32, pre, post)
+        np.testing.assert_allclose(a, scale * (pre @ dense), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(b, scale * (dense @ post), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(c, scale * (pre @ dense), rtol=1e-5, atol=1e-5)
+    assert len(traces) == 1
+
+    # one layout object: passed through jit as a pytree, then used eagerly the other way
+    W = xlakern.CSR((jnp.asarray(data, jnp.float32), idx32, ptr32), shape=(30, 20))
+    pre, post = rng.random(30) < 0.3, rng.random(20) < 0.3
+    fwd = jax.jit(lambda W, s: xlakern.BinaryArray(s) @ W)
+    np.testing.assert_allclose(fwd(W, pre), pre @ dense, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jax.jit(lambda s: xlakern.BinaryArray(s) @ W)(pre), pre @ dense, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(W @ xlakern.BinaryArray(post), dense @ post, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fwd(W.with_data(W.data * 3), pre), 3 * (pre @ dense), rtol=1e-5, atol=1e-5)
+    # grad with respect to the layout itself
+    g = jax.grad(lambda W: jnp.sum(xlakern.BinaryArray(pre) @ W), allow_int=True)(W)
+    assert isinstance(g, xlakern.CSR) and g.shape == W.shape
+    rows = np.repeat(np.arange(30), np.diff(ptr))
+    np.testing.assert_allclose(g.data, pre[rows].astype(np.float32))
+
+
+def test_fixed_count_layouts_and_transposes(rng):
+    with x64():
+        dense, w, idx = random_fcn(rng, 12, 9, 3)
+        pre = xlakern.FixedNumPerPre((w, idx), shape=(12, 9))
+        post = pre.T
+        assert isinstance(post, xlakern.FixedNumPerPost) and post.shape == (9, 12)
+        np.testing.assert_allclose(pre.todense(), dense)
+        np.testing.assert_allclose(post.todense(), dense.T)
+        s_pre, s_post = rng.random(12) < 0.5, rng.random(9) < 0.5
+        np.testing.assert_allclose(xlakern.BinaryArray(s_pre) @ pre, s_pre @ dense, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(pre @ xlakern.BinaryArray(s_post), dense @ s_post, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(xlakern.BinaryArray(s_post) @ post, s_post @ dense.T, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(post @ xlakern.BinaryArray(s_pre), dense.T @ s_pre, rtol=1e-12, atol=1e-12)
+        S = rng.random((4, 12)) < 0.5
+        np.testing.assert_allclose(xlakern.BinaryArray(S) @ pre, S @ dense, rtol=1e-12, atol=1e-12)
+        X = rng.standard_normal((9, 3))
+        np.testing.assert_allclose(pre @ X, dense @ X, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose((2 * pre).todense(), 2 * dense)
+        np.testing.assert_allclose((pre / 4).todense(), dense / 4)
+        np.testing.assert_allclose((-pre).todense(), -dense)
+        assert pre.nse == 36 and pre.dtype == jnp.float64 and pre.num_conn == 3
+        np.testing.assert_allclose(xlakern.FixedNumPerPre.fromdense(dense).todense(), dense)
+        np.testing.assert_allclose(xlakern.FixedNumPerPost.fromdense(dense.T).todense(), dense.T)
+        with pytest.raises(xlakern.event.EventShapeError, match="num_conn"):
+            xlakern.FixedNumPerPost.fromdense(np.concatenate([np.ones((12, 1)), dense], 1))  # column counts vary
+
+
+def test_csr_csc_fromdense_todense_and_arithmetic(rng):
+    with x64():
+        dense = np.where(rng.random((11, 7)) < 0.3, rng.standard_normal((11, 7)), 0.0)
+        for cls in (xlakern.CSR, xlakern.CSC):
+            W = cls.fromdense(dense)
+            np.testing.assert_allclose(W.todense(), dense)
+            np.testing.assert_allclose(W.T.todense(), dense.T)
+            assert W.nse == np.count_nonzero(dense) and W.shape == (11, 7)
+            np.testing.assert_allclose((W * 3).todense(), 3 * dense)
+            np.testing.assert_allclose((W / 2).todense(), dense / 2)
+            x, y = rng.standard_normal(7), rng.standard_normal(11)
+            np.testing.assert_allclose(W @ x, dense @ x, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(y @ W, y @ dense, rtol=1e-12, atol=1e-12)
+            X = rng.standard_normal((7, 3))
+            np.testing.assert_allclose(W @ X, dense @ X, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(X.T @ W.T, X.T @ dense.T, rtol=1e-12, atol=1e-12)
+            leaves, tree = jax.tree_util.tree_flatten(W)
+            assert len(leaves) == 3 and jax.tree_util.tree_unflatten(tree, leaves).shape == W.shape
+        # a layout's backend= reaches its products and survives flattening and .T
+        Wj = xlakern.CSR.fromdense(dense)
+        Wj = xlakern.CSR((Wj.data, Wj.indices, Wj.indptr), shape=Wj.shape, backend="jnp")
+        assert jax.tree_util.tree_unflatten(*reversed(jax.tree_util.tree_flatten(Wj))).backend == "jnp"
+        assert Wj.T.backend == "jnp"
+        y = rng.standard_normal(11)
+        np.testing.assert_allclose(y @ Wj, y @ dense, rtol=1e-12, atol=1e-12)
+        assert isinstance(Wj, xlakern.DataRepresentation) and isinstance(xlakern.FixedNumPerPre.fromdense(
+            np.eye(3)), xlakern.FixedNumConn)
+        with pytest.raises(TypeError, match="scalars only"):
+            xlakern.CSR.fromdense(dense) * np.ones(3)
+
+
+def test_event_containers(rng):
+    v = jnp.asarray(rng.random((6, 5)) < 0.4)
+    b = xlakern.BinaryArray(v)
+    assert b.shape == (6, 5) and b.ndim == 2 and b.size == 30 and b.dtype == jnp.bool_ and len(b) == 6
+    np.testing.assert_array_equal(b[1:3], v[1:3])
+    np.testing.assert_array_equal(b.value, v)
+    np.testing.assert_array_equal(b.T, v.T)
+    np.testing.assert_array_equal(b + 1, v + 1)
+    np.testing.assert_array_equal(2 * b, 2 * v)
+    np.testing.assert_array_equal(np.stack(list(b)), v)
+    assert isinstance(b.with_value(~v), xlakern.BinaryArray)
+    out = jax.jit(lambda e: e)(b)
+    assert isinstance(out, xlakern.BinaryArray)
+    np.testing.assert_array_equal(out.value, v)
+    # bitpack: bit k of word w is element 32 w + k
+    x = rng.random(70) < 0.5
+    expect = [int(sum(int(x[32 * w + k]) << k for k in range(32) if 32 * w + k < 70)) for w in range(3)]
+    np.testing.assert_array_equal(xlakern.bitpack(x, axis=0), np.asarray(expect, np.uint32))
+    packed = xlakern.BitPackedBinary(x)
+    np.testing.assert_array_equal(packed.packed[0], expect)
+    c = xlakern.CompactBinary.from_array(jnp.asarray(x))
+    k = int(x.sum())
+    assert int(c.n_active[0]) == k
+    np.testing.assert_array_equal(c.active_ids[:k], np.nonzero(x)[0])
+    W = rng.standard_normal((70, 4)).astype(np.float32)
+    for e in (packed, c, xlakern.BinaryArray(x)):
+        np.testing.assert_allclose(e @ jnp.asarray(W), x @ W, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(jnp.asarray(W.T) @ xlakern.BinaryArray(x), W.T @ x, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(W.T) @ xlakern.BinaryArray(x), W.T @ x, rtol=1e-5, atol=1e-5)
+
+
+def test_deprecated_names_warn_and_resolve():
+    for old, new in [("EventArray", "BinaryArray"), ("FixedPostNumConn", "FixedNumPerPre"),
+                     ("FixedPreNumConn", "FixedNumPerPost")]:
+        with pytest.warns(DeprecationWarning, match=new):
+            assert getattr(xlakern, old) is getattr(xlakern, new)
+        assert old not in xlakern.__all__
+    with pytest.raises(AttributeError):
+        xlakern.no_such_name  # noqa: B018
+
+
+def test_bad_inputs_raise_named_errors(rng):
+    from xlakern.event import EventDTypeError, EventShapeError
+
+    dense, data, idx, ptr = random_csr(rng, 8, 6, 0.5)
+    data32, idx32, ptr32 = data.astype(np.float32), idx.astype(np.int32), ptr.astype(np.int32)
+    s = np.ones(6, bool)
+    with pytest.raises(EventShapeError, match=r"v has shape \(5,\); expected \(6,\)") as e:
+        xlakern.binary_csrmv(data32, idx32, ptr32, np.ones(5, bool), shape=(8, 6))
+    assert isinstance(e.value, xlakern.XlakernError) and isinstance(e.value, ValueError)
+    with pytest.raises(EventShapeError, match=r"expected \(8,\)"):
+        xlakern.binary_csrmv(data32, idx32, ptr32, s, shape=(8, 6), transpose=True)
+    with pytest.raises(EventDTypeError, match="indices has dtype float32"):
+        xlakern.binary_csrmv(data32, idx32.astype(np.float32), ptr32, s, shape=(8, 6))
+    with pytest.raises(EventDTypeError, match="indptr"):
+        xlakern.csrmv(data32, idx32, ptr32.astype(np.uint8), s, shape=(8, 6))
+    with pytest.raises(EventShapeError, match="data has shape"):
+        xlakern.binary_csrmv(data32[:-1], idx32, ptr32, s, shape=(8, 6))
+    with pytest.raises(EventShapeError, match=r"indptr has shape \(9,\); expected \(10,\)"):
+        xlakern.binary_csrmv(data32, idx32, ptr32, np.ones(6, bool), shape=(9, 6))
+    with pytest.raises(EventShapeError, match=r"\(8, batch\)"):
+        xlakern.binary_csrmm(data32, idx32, ptr32, np.ones((6, 2), bool), shape=(8, 6), transpose=True)
+    with pytest.raises(EventShapeError, match="indices has shape"):
+        xlakern.binary_fcnmv(np.ones((4, 2)), np.zeros((5, 2), np.int32), np.ones(4, bool), shape=(4, 3))
+    with pytest.raises(EventShapeError, match="weights have shape"):
+        xlakern.fcnmv(np.ones((4, 3)), np.zeros((4, 2), np.int32), np.ones(3), shape=(4, 3))
+    with pytest.raises(EventShapeError, match="weights has shape"):
+        xlakern.binary_densemv(np.ones(4), np.ones(4, bool), transpose=True)
+    with pytest.raises(EventShapeError, match="indptr"):
+        xlakern.CSR((data32, idx32, ptr32[:-1]), shape=(8, 6))
+    with pytest.raises(EventShapeError, match="data has shape"):
+        xlakern.CSR((data32[:2], idx32, ptr32), shape=(8, 6))
+    with pytest.raises(EventShapeError, match=r"expected \(6, K\)"):
+        xlakern.FixedNumPerPost((np.ones((4, 2)), np.zeros((4, 2), np.int32)), shape=(4, 6))
+    with pytest.raises(EventShapeError, match="1-D or 2-D"):
+        xlakern.BinaryArray(np.ones((2, 2, 2), bool)) @ xlakern.CSR((data32, idx32, ptr32), shape=(8, 6))
+
+
+def test_units_multiply(rng):
+    u = pytest.importorskip("brainunit")
+    dense, data, idx, ptr = random_csr(rng, 10, 8, 0.4)
+    data = data.astype(np.float32)
+    s = rng.random(10) < 0.5
+    W = xlakern.CSR((data * u.nS, idx.astype(np.int32), ptr.astype(np.int32)), shape=(10, 8))
+    out = xlakern.BinaryArray(s) @ W
+    assert isinstance(out, u.Quantity) and out.unit == u.nS
+    np.testing.assert_allclose(out.to_decimal(u.nS), s @ dense, rtol=1e-5, atol=1e-5)
+    v = rng.standard_normal(8).astype(np.float32)
+    out = W @ (v * u.mV)
+    assert out.unit == u.nS * u.mV
+    np.testing.assert_allclose(out.to_decimal(u.nS * u.mV), dense @ v, rtol=1e-5, atol=1e-5)
+    assert (W * 2).todense().unit == u.nS
+    np.testing.assert_allclose(W.todense().to_decimal(u.nS), dense, rtol=1e-6)
+    back = xlakern.CSR.fromdense(dense.astype(np.float32) * u.nS)
+    assert back.data.unit == u.nS
+    out = xlakern.binary_densemv(dense.astype(np.float32) * u.nS, s, transpose=True)
+    assert out.unit == u.nS
+    out = jax.jit(lambda W, s: xlakern.BinaryArray(s) @ W)(W, s)
+    assert out.unit == u.nS
+    assert (W * (2 * u.mV)).data.unit == u.nS * u.mV  # scalar arithmetic carries units along
+    with pytest.raises(xlakern.event.EventUnitError, match="unit"):
+        W.with_data(W.data.mantissa)  # dropping the unit is refused
+    with pytest.raises(xlakern.event.EventUnitError, match="unit"):
+        W.with_data(W.data.mantissa * u.mV)
+
+
+_CACHE_SCRIPT = textwrap.dedent(r"""
+    import subprocess, sys, time
+    import numpy as np, jax, jax.numpy as jnp
+    if sys.argv[1] == "forbid":
+        def refuse(*a, **k):
+            raise AssertionError(f"a compiler was started: {a[:1]}")
+        subprocess.Popen = subprocess.run = subprocess.check_output = subprocess.call = refuse
+    import xlakern
+    from xlakern.event import _kernels
+    t = time.perf_counter()
+    _kernels.cpu_module()
+    load_s = time.perf_counter() - t
+    rng = np.random.default_rng(0)
+    d = (rng.random((9, 7)) < 0.4) * rng.standard_normal((9, 7)).astype(np.float32)
+    W, F = xlakern.CSR.fromdense(d), xlakern.FixedNumPerPre((jnp.ones((9, 2)), jnp.zeros((9, 2), jnp.int32)), shape=(9, 7))
+    s9, s7 = rng.random(9) < 0.5, rng.random(7) < 0.5
+    res = [xlakern.BinaryArray(s9) @ W, W @ xlakern.BinaryArray(s7), W @ s7.astype(np.float32),
+           xlakern.BinaryArray(s9) @ F, F @ s7.astype(np.float32), xlakern.BinaryArray(s9) @ jnp.asarray(d),
+           xlakern.WeightedArray(s9.astype(np.float32)) @ jnp.asarray(d),
+           xlakern.binary_csrmm(W.data, W.indices, W.indptr, np.ones((7, 3), bool), shape=(9, 7)),
+           xlakern.binary_fcnmm(F.data, F.indices, np.ones((9, 3), bool), shape=(9, 7), transpose=True),
+           xlakern.binary_densemm(jnp.asarray(d), np.ones((7, 3), bool), transpose=False)]
+    np.testing.assert_allclose(res[0], s9 @ d, rtol=1e-5, atol=1e-5)
+    jax.block_until_ready(res)
+    print(f"LOAD_S={load_s:.4f}")
+""")
+
+
+def test_fresh_process_serves_kernels_from_cache_without_compiler(tmp_path):
+    script = tmp_path / "use_all_ops.py"
+    script.write_text(_CACHE_SCRIPT)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    first = subprocess.run([sys.executable, str(script), "build"], env=env, capture_output=True, text=True,
+                           timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = subprocess.run([sys.executable, str(script), "forbid"], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    load_s = float(second.stdout.split("LOAD_S=")[1].split()[0])
+    assert load_s < 1.0, f"loading the cached kernels took {load_s:.3f} s"
+
+
+HAVE_NVCC = True
+try:
+    xlakern._toolchain.find_nvcc()
+except xlakern.ToolchainError:
+    HAVE_NVCC = False
+
+
+@pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not installed")
+def test_cuda_kernels_compile():
+    from xlakern.event._kernels import KERNEL_DIR
+
+    mod = xlakern.load_cuda_file(KERNEL_DIR / "event_cuda.cu", name="xlakern_event_cuda_check",
+                                 compute_capability="9.0")
+    assert set(mod.functions) == {"event_sparse", "event_dense"}
+    assert mod.functions["event_sparse"].endswith("stream")
+
+
+def test_kernel_sources_ship_in_the_package():
+    from xlakern.event._kernels import KERNEL_DIR
+
+    from pathlib import Path
+
+    # the installed package (not the source tree) carries the sources the loaders compile
+    assert KERNEL_DIR == Path(xlakern.__file__).resolve().parent / "event" / "kernels"
+    assert {p.name for p in KERNEL_DIR.iterdir()} >= {"event_cpu.cc", "event_cuda.cu", "event_common.h"}
+
+
+def test_plain_import_leaves_the_event_subpackage_for_first_use():
+    code = ("import sys, xlakern; assert 'xlakern.event' not in sys.modules; "
+            "from xlakern import binary_csrmv, CSR; assert 'xlakern.event' in sys.modules; "
+            "assert xlakern.CSR is CSR and 'CSR' in dir(xlakern) and 'CSR' in xlakern.__all__")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
