@@ -142,6 +142,11 @@ def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record
     import jax.numpy as jnp
 
     conns, state0, step = build(brainevent, model, n, seed)
+    if getattr(brainevent, "__name__", "") == "brainevent":
+        # BrainEvent 0.3's layouts cannot be jit arguments (their pytree metadata holds arrays)
+        # nor be built from traced indices: with it, the connectivity is closed over and
+        # baked into the program as constants.
+        return _simulate_closed_over(conns, state0, step, n, steps, record)
 
     @jax.jit
     def run(conns, state):
@@ -163,6 +168,32 @@ def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record
 
     spikes = np.asarray(raster(conns, state0)) if record else None
     return run, conns, state0, spikes
+
+
+def _simulate_closed_over(conns, state0, step, n: int, steps: int, record: int):
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def run_closed(state):
+        def body(carry, _):
+            s, count = carry
+            s = step(*conns, s)
+            return (s, count + s["spk"]), None
+
+        (state, count), _ = jax.lax.scan(body, (state, jnp.zeros((n,), jnp.int32)), None, length=steps)
+        return state, count
+
+    @jax.jit
+    def raster(state):
+        def body(s, _):
+            s = step(*conns, s)
+            return s, s["spk"]
+
+        return jax.lax.scan(body, state, None, length=record)[1]
+
+    spikes = np.asarray(raster(state0)) if record else None
+    return (lambda _conns, state: run_closed(state)), conns, state0, spikes
 
 
 def main() -> None:

@@ -144,8 +144,8 @@ import brainevent, brainstate, jax, jax.numpy as jnp
 assert (brainevent.__name__ == "xlakern") == (lib == "xlakern")
 brainstate.random.seed(7)
 out = []
-for n_in, n_out, prob, w, target in ((800, 500, 0.1, 0.3, "post"), (300, 1200, 0.05, 1.5, "post"),
-                                     (400, 600, 0.1, 0.5, "pre")):
+# (brainstate 0.6 refuses efferent_target="pre" itself, on any backend)
+for n_in, n_out, prob, w, target in ((800, 500, 0.1, 0.3, "post"), (300, 1200, 0.05, 1.5, "post")):
     layer = brainstate.nn.EventFixedProb(n_in, n_out, conn_num=prob, conn_weight=w, efferent_target=target,
                                          seed=11)
     spk = jax.random.bernoulli(jax.random.PRNGKey(n_in), 0.2, (n_in,))

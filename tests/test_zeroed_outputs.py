@@ -426,7 +426,8 @@ def test_gpu_vmap_of_one_example_cuda_kernel_equals_the_loop(cuda_mod, rng):
     loop = np.stack([np.asarray(one(x[i])) for i in range(5)])
     xd = np.asarray(x, np.float64)
     np.testing.assert_allclose(loop, xd / xd.sum(-1, keepdims=True), rtol=1e-5)
-    np.testing.assert_allclose(jax.jit(jax.vmap(one))(x), loop, rtol=1e-6)
+    # The kernel sums with atomics (any order): vmap and the loop agree to float32 rounding.
+    np.testing.assert_allclose(jax.jit(jax.vmap(one))(x), loop, rtol=1e-5)
     steps = jax.jit(lambda v: jax.lax.fori_loop(0, 100, lambda i, acc: acc + jax.vmap(one)(v), jnp.zeros_like(v)))
     np.testing.assert_allclose(steps(x), 100 * loop, rtol=1e-4)
 
@@ -462,6 +463,7 @@ def test_zeroing_adds_no_xla_op(mod, rng):
 ZEROED_GRAPH_CHILD = r'''
 import numpy as np
 import xlakern  # before numba.cuda
+xlakern.config.enable_cuda_graph_loops()  # before jax starts: whole loops become CUDA graphs
 import jax, jax.numpy as jnp
 from numba import cuda
 
@@ -519,8 +521,8 @@ def test_gpu_zeroing_is_captured_into_cuda_graphs_subprocess(tmp_path):
     # XLA_FLAGS must be set before jax initialises, hence a fresh interpreter.
     script = tmp_path / "zeroed_graph_child.py"
     script.write_text(ZEROED_GRAPH_CHILD)
-    flags = "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL,WHILE --xla_gpu_graph_min_graph_size=1"
-    env = {**os.environ, "XLAKERN_QUIET": "1", "XLA_FLAGS": flags}
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["XLAKERN_QUIET"] = "1"
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=500,
                          cwd=os.path.dirname(__file__))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
