@@ -99,6 +99,12 @@ _EVENT_NAMES = (
     "binary_fcnmv", "binary_fcnmv_p", "binary_fcnmm", "binary_fcnmm_p", "fcnmv", "fcnmv_p", "fcnmm", "fcnmm_p",
     "binary_densemv", "binary_densemv_p", "binary_densemm", "binary_densemm_p",
 )
+# Part 2: just-in-time connectivity (JITC).
+_EVENT_NAMES += (
+    "JITCScalarR", "JITCScalarC", "JITCUniformR", "JITCUniformC", "JITCNormalR", "JITCNormalC",
+    "jits", "jitsmv", "jitsmm", "binary_jitsmv", "binary_jitsmm", "jitu", "jitumv", "jitumm", "binary_jitumv",
+    "binary_jitumm", "jitn", "jitnmv", "jitnmm", "binary_jitnmv", "binary_jitnmm",
+)
 __all__ += ["event", *_EVENT_NAMES]
 
 
