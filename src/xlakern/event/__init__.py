@@ -78,3 +78,20 @@ __all__ += [
     "jits_p", "jitsmv_p", "jitsmm_p", "binary_jitsmv_p", "binary_jitsmm_p", "jitu_p", "jitumv_p", "jitumm_p",
     "binary_jitumv_p", "binary_jitumm_p", "jitn_p", "jitnmv_p", "jitnmm_p", "binary_jitnmv_p", "binary_jitnmm_p",
 ]
+
+# Plasticity: spike-triggered weight updates, in place.
+from ._plasticity import (  # noqa: E402
+    csc_to_csr_view, plasticity_update_p, update_csc_on_binary_post, update_csc_on_binary_pre,
+    update_csr_on_binary_post, update_csr_on_binary_pre, update_dense_on_binary_post, update_dense_on_binary_pre,
+    update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post,
+)
+
+DEPRECATED_RENAMES.update({
+    "csr_on_pre": "update_csr_on_binary_pre", "csr2csc_on_post": "update_csr_on_binary_post",
+    "dense_on_pre": "update_dense_on_binary_pre", "dense_on_post": "update_dense_on_binary_post",
+})
+__all__ += [
+    "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csc_on_binary_pre", "update_csc_on_binary_post",
+    "update_dense_on_binary_pre", "update_dense_on_binary_post", "update_fixed_post_conn_on_binary_pre",
+    "update_fixed_pre_conn_on_binary_post", "csc_to_csr_view", "plasticity_update_p",
+]
