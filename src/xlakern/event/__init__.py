@@ -95,3 +95,8 @@ __all__ += [
     "update_dense_on_binary_pre", "update_dense_on_binary_post", "update_fixed_post_conn_on_binary_pre",
     "update_fixed_pre_conn_on_binary_post", "csc_to_csr_view", "plasticity_update_p",
 ]
+
+# Synaptic delays: delivery into an arrival ring buffer.
+from ._delay import CSRDelayLayout, csr_delay_deliver, csr_delay_deliver_layout, csr_delay_deliver_p  # noqa: E402
+
+__all__ += ["CSRDelayLayout", "csr_delay_deliver", "csr_delay_deliver_layout", "csr_delay_deliver_p"]
