@@ -4,7 +4,6 @@ matrix, the statistics of connections and weights, AD, vmap, the matrix classes 
 
 from __future__ import annotations
 
-import warnings
 
 import jax
 import jax.numpy as jnp

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import register_pytree_node_class

@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Optional
 
 import jax.numpy as jnp
 import numpy as np

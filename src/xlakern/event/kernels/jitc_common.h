@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 namespace xk_jitc {
@@ -35,15 +36,25 @@ XK_HOST_DEVICE inline uint32_t draw(uint32_t key, uint32_t k) {
   return mix32(mix32(key ^ (k * 0x9e3779b9u + 0x632be5abu)));
 }
 
-// 1 + the number of table entries above h (table ascending, length n).
-XK_HOST_DEVICE inline int64_t skip_of(uint32_t h, const uint32_t* table, int64_t n) {
-  int64_t lo = 0, hi = n;  // first index with table[i] > h
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) >> 1;
-    if (table[mid] > h) hi = mid;
-    else lo = mid + 1;
-  }
-  return 1 + (n - lo);
+// 1 + the number of table entries above h (table ascending, length n), found from a logarithm
+// estimate corrected by stepping along the table: the table alone decides the result (so it is
+// exact whatever the platform's log does), and the estimate makes it one or two loads instead of
+// a binary search. inv_log_keep = 1 / ln(1 - p) (see row_walk).
+XK_HOST_DEVICE inline int64_t skip_of(uint32_t h, const uint32_t* table, int64_t n, float inv_log_keep) {
+  if (n == 0) return 1;
+  // T_k = floor(2^32 (1-p)^k) = table[n - k]; count = max k with T_k > h
+  const float est = logf((float(h) + 0.5f) * 2.3283064365386963e-10f) * inv_log_keep;
+  int64_t c = est <= 0.f ? 0 : (est >= float(n) ? n : int64_t(est));
+  while (c < n && table[n - c - 1] > h) ++c;
+  while (c > 0 && table[n - c] <= h) --c;
+  return 1 + c;
+}
+
+// 1 / ln(1 - p), from the table's first threshold T_1 = floor(2^32 (1 - p)).
+XK_HOST_DEVICE inline float inv_log_keep_of(const uint32_t* table, int64_t n) {
+  if (n == 0) return 0.f;
+  const float lost = float(4294967296.0 - double(table[n - 1])) * 2.3283064365386963e-10f;  // ~p
+  return 1.f / log1pf(-lost);
 }
 
 // Products whose every partial product is exact: x and y are split into high and low halves
@@ -109,9 +120,10 @@ template <typename A, typename F>
 XK_HOST_DEVICE inline void for_each_synapse(uint32_t seed, int64_t r, int64_t gcols, const uint32_t* table,
                                             int64_t ntable, int64_t kind, A a, A b, const A* qtable, F&& f) {
   const uint32_t key = row_key(seed, uint32_t(r));
+  const float inv_log_keep = inv_log_keep_of(table, ntable);
   int64_t col = -1;
   for (uint32_t k = 0;; ++k) {
-    col += skip_of(draw(key, 2u * k), table, ntable);
+    col += skip_of(draw(key, 2u * k), table, ntable, inv_log_keep);
     if (col >= gcols) break;
     f(col, weight_of(a, b, kind, draw(key, 2u * k + 1u), qtable));
   }
