@@ -224,3 +224,32 @@ def test_gpu_stdp_matches_cpu():
         got = run_loop(on_pre, on_post, jnp.asarray(data), pre, post)
     want = numpy_stdp(mask, w.astype(np.float32).astype(np.float64), pre, post)
     np.testing.assert_allclose(to_dense(mask, got), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", [None, "jnp"])
+def test_grad_wrt_weights_trace_and_bounds(backend, rng):
+    """Reverse mode through the update equals jax.grad of the same rule written in jnp."""
+    w = rng.uniform(0.0, 1.0, (N_PRE, N_POST))
+    spikes = rng.random(N_PRE) < 0.4
+    trace = rng.uniform(-0.3, 0.3, N_POST)
+    c = rng.standard_normal((N_PRE, N_POST))
+    with x64():
+        def ours(w, tr, lo, hi):
+            return jnp.sum(c * xlakern.update_dense_on_binary_pre(w, spikes, tr, lo, hi, backend=backend))
+
+        def ref(w, tr, lo, hi):
+            new = jnp.minimum(jnp.maximum(w + tr[None, :], lo), hi)
+            return jnp.sum(c * jnp.where(spikes[:, None], new, w))
+
+        args = (jnp.asarray(w), jnp.asarray(trace), jnp.float64(0.1), jnp.float64(0.9))
+        got = jax.grad(ours, argnums=(0, 1, 2, 3))(*args)
+        want = jax.grad(ref, argnums=(0, 1, 2, 3))(*args)
+        for g, r in zip(got, want):
+            np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+        assert np.abs(want[2]) > 0 and np.abs(want[3]) > 0  # some synapses hit each bound
+        data, indices, indptr, *_ = csr_of(np.ones((N_PRE, N_POST), bool), w)
+        g_csr = jax.grad(lambda d, tr: jnp.sum(c.reshape(-1) * xlakern.update_csr_on_binary_pre(
+            d, indices, indptr, spikes, tr, 0.1, 0.9, shape=(N_PRE, N_POST), backend=backend)), argnums=(0, 1))(
+            jnp.asarray(data), jnp.asarray(trace))
+        np.testing.assert_allclose(g_csr[0].reshape(N_PRE, N_POST), want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g_csr[1], want[1], rtol=1e-12, atol=1e-12)

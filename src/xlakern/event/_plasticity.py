@@ -7,7 +7,8 @@ and adds the presynaptic trace (the two halves of pair-based STDP). Only the syn
 neurons are read or written, and the kernels update the weight buffer in place
 (``input_output_aliases``): inside a jitted training loop XLA reuses the buffer instead of
 copying the weights every step. ``w_min``/``w_max`` default to no bound and clip only the
-synapses an update touches. Traces and bounds are converted to the weights' unit.
+synapses an update touches. Traces and bounds are converted to the weights' unit. Updates are
+differentiable with respect to the weights, the trace and the bounds (forward and reverse mode).
 
 Example::
 
@@ -44,14 +45,12 @@ cuda_module = functools.lru_cache(maxsize=None)(lambda: load_cuda_file(KERNEL_DI
                                                                        name="xlakern_plasticity_cuda"))
 
 
-def reference_update(weight, indices, indptr, perm, spikes, trace, bounds, *, ncols, nconn, mode, row_stride,
-                     col_stride, permuted):
-    """jnp form of plastic_update (plasticity_common.h): the same synapses, the same rule."""
-    flat = weight.reshape(-1)
-    nse = flat.shape[0]
+def _touched(weight, indices, indptr, perm, spikes, trace, *, ncols, nconn, mode, row_stride, col_stride, permuted):
+    """(pos, cols, valid): each synapse's flat weight position and trace index, and whether the
+    update touches it (its neuron spiked and its indices are in range)."""
+    nse = weight.size
     nrows = spikes.shape[0]
     active = spikes != 0
-    lo, hi = bounds[0], bounds[1]
     if mode == DENSE:
         pos = (jnp.arange(nrows)[:, None] * row_stride + jnp.arange(ncols)[None, :] * col_stride).reshape(-1)
         cols = jnp.tile(jnp.arange(ncols), nrows)
@@ -61,10 +60,49 @@ def reference_update(weight, indices, indptr, perm, spikes, trace, bounds, *, nc
         cols = indices.reshape(-1)
         pos = perm.reshape(-1) if permuted else jnp.arange(nse)
         valid = inside & (cols >= 0) & (cols < ncols) & (pos >= 0) & (pos < nse) & active[rows]
-    cols = jnp.clip(cols, 0, max(ncols - 1, 0))
-    safe = jnp.clip(pos, 0, max(nse - 1, 0))
-    new = jnp.clip(flat[safe] + trace[cols], lo, hi)
-    return flat.at[jnp.where(valid, pos, nse)].set(new, mode="drop").reshape(weight.shape)
+    return jnp.where(valid, pos, nse), jnp.clip(cols, 0, max(ncols - 1, 0)), valid
+
+
+def _unclipped(weight, trace, pos, cols):
+    flat = weight.reshape(-1)
+    return flat[jnp.clip(pos, 0, max(flat.shape[0] - 1, 0))] + trace[cols]
+
+
+def reference_update(weight, indices, indptr, perm, spikes, trace, bounds, **static):
+    """jnp form of plastic_update (plasticity_common.h): the same synapses, the same rule."""
+    pos, cols, _ = _touched(weight, indices, indptr, perm, spikes, trace, **static)
+    new = jnp.clip(_unclipped(weight, trace, pos, cols), bounds[0], bounds[1])
+    return weight.reshape(-1).at[pos].set(new, mode="drop").reshape(weight.shape)
+
+
+# Forward-mode rules (linear in the tangent, so JAX transposes them for reverse mode): a touched
+# synapse strictly inside [w_min, w_max] follows its weight and its trace; a clipped one follows
+# the bound it hit; untouched synapses follow their weight.
+def _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static):
+    pos, cols, _ = _touched(weight, indices, indptr, perm, spikes, trace, **static)
+    new = _unclipped(weight, trace, pos, cols)
+    return pos, cols, new < bounds[0], new > bounds[1]
+
+
+def _jvp_weight(t, weight, indices, indptr, perm, spikes, trace, bounds, *, outs, backend, **static):
+    pos, _, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static)
+    keep = jnp.ones((weight.size,), t.dtype).at[jnp.where(below | above, pos, weight.size)].set(0, mode="drop")
+    return [t * keep.reshape(t.shape)]
+
+
+def _scatter_tangent(per_synapse, pos, weight):
+    # a scatter-add (not a set): its transpose is a gather, so reverse mode works
+    return [jnp.zeros((weight.size,), per_synapse.dtype).at[pos].add(per_synapse, mode="drop").reshape(weight.shape)]
+
+
+def _jvp_trace(t, weight, indices, indptr, perm, spikes, trace, bounds, *, outs, backend, **static):
+    pos, cols, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static)
+    return _scatter_tangent(jnp.where(below | above, 0, t[cols]), pos, weight)
+
+
+def _jvp_bounds(t, weight, indices, indptr, perm, spikes, trace, bounds, *, outs, backend, **static):
+    pos, _, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static)
+    return _scatter_tangent(jnp.where(below, t[0], 0) + jnp.where(above, t[1], 0), pos, weight)
 
 
 def _register():
@@ -85,6 +123,7 @@ def _register():
     op.def_cuda_kernel(compiled(cuda_module))
     for platform in ("cpu", "gpu", "tpu"):
         op.def_kernel("jnp", platform, reference)
+    op.def_jvp_rule2(_jvp_weight, None, None, None, None, _jvp_trace, _jvp_bounds)
     return op
 
 
