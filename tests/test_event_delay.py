@@ -112,6 +112,10 @@ def test_errors(rng):
     with pytest.raises(EventShapeError, match="ring"):
         xlakern.csr_delay_deliver(np.zeros((L, N_POST + 1)), np.ones(N_PRE, bool), data, cols, indptr, delays, 0,
                                   shape=(N_PRE, N_POST))
+    # traced delays cannot be checked: they wrap modulo L instead
+    traced = jax.jit(lambda d: xlakern.csr_delay_deliver(ring, np.ones(N_PRE, bool), data, cols, indptr, d, 0,
+                                                         shape=(N_PRE, N_POST)))(delays)
+    assert np.isfinite(np.asarray(traced)).all()
     with pytest.raises(xlakern.XlakernError, match="t must be"):
         xlakern.csr_delay_deliver(ring, np.ones(N_PRE, bool), data, cols, indptr, delays, 0.5,
                                   shape=(N_PRE, N_POST))

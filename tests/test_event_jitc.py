@@ -302,6 +302,17 @@ def assert_cuda_compiles(filename: str, functions: set) -> None:
     assert set(mod.functions) == functions
 
 
+def test_part2_kernel_sources_ship_in_the_package():
+    from pathlib import Path
+
+    from xlakern.event._kernels import KERNEL_DIR
+
+    assert KERNEL_DIR == Path(xlakern.__file__).resolve().parent / "event" / "kernels"
+    names = {p.name for p in KERNEL_DIR.iterdir()}
+    for stem in ("jitc", "plasticity", "delay"):
+        assert {f"{stem}_cpu.cc", f"{stem}_cuda.cu", f"{stem}_common.h"} <= names
+
+
 def test_jitc_cuda_kernels_compile():
     assert_cuda_compiles("jitc_cuda.cu", {"jitc_mv", "jitc_dense"})
 

@@ -77,9 +77,12 @@ csr_delay_deliver_p = _register()
 
 def _check_delays(name, delays, nslots):
     """Concrete delays must lie in [1, L) (traced ones wrap modulo L)."""
-    if isinstance(delays, jax.core.Tracer) or np.size(delays) == 0:
+    try:
+        d = np.asarray(delays)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         return
-    d = np.asarray(delays)
+    if d.size == 0:
+        return
     if d.min() < 1 or d.max() >= nslots:
         raise EventShapeError(f"{name}: delays must satisfy 1 <= d < L = {nslots} (the ring's length); got values in "
                               f"[{d.min()}, {d.max()}]. Use a longer ring")
