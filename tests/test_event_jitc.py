@@ -378,3 +378,19 @@ def test_gpu_jitted_loop_grad_and_vmap():
         g = jax.grad(lambda w: jnp.sum(xlakern.jitsmv(w, 0.01, jnp.ones(n), seed, shape=(n, n))))(1.0)
         count = float(jnp.sum(xlakern.jitsmv(1.0, 0.01, jnp.ones(n), seed, shape=(n, n))))
         np.testing.assert_allclose(float(g), count, rtol=1e-5)
+
+
+def test_units_multiply(rng):
+    bu = pytest.importorskip("brainunit")
+    seed = int(rng.integers(0, 2**31))
+    m = np.asarray(xlakern.jitu(0.1, 0.5, 0.2, seed, shape=(40, 30)), np.float64)
+    x = rng.standard_normal(30).astype(np.float32)
+    y = xlakern.jitumv(0.1 * bu.mS, 0.5 * bu.mS, 0.2, x * bu.mV, seed, shape=(40, 30))
+    np.testing.assert_allclose(y.to(bu.mS * bu.mV).mantissa, m @ x, rtol=1e-5, atol=1e-6)
+    W = xlakern.JITCScalarR((0.2 * bu.mS, 0.2, seed), shape=(40, 30))
+    s = rng.random(40) < 0.5
+    np.testing.assert_allclose((xlakern.BinaryArray(s) @ W).to(bu.mS).mantissa,
+                               s @ np.asarray(xlakern.jits(0.2, 0.2, seed, shape=(40, 30), corder=False)),
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(xlakern.event.EventUnitError):
+        xlakern.jitumv(0.1 * bu.mS, 0.5, 0.2, x, seed, shape=(40, 30))
