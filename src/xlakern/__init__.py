@@ -107,6 +107,16 @@ _EVENT_NAMES = (
     "binary_fcnmv", "binary_fcnmv_p", "binary_fcnmm", "binary_fcnmm_p", "fcnmv", "fcnmv_p", "fcnmm", "fcnmm_p",
     "binary_densemv", "binary_densemv_p", "binary_densemm", "binary_densemm_p",
 )
+# Part 2: just-in-time connectivity (JITC), plasticity, delays.
+_EVENT_NAMES += (
+    "JITCScalarR", "JITCScalarC", "JITCUniformR", "JITCUniformC", "JITCNormalR", "JITCNormalC",
+    "jits", "jitsmv", "jitsmm", "binary_jitsmv", "binary_jitsmm", "jitu", "jitumv", "jitumm", "binary_jitumv",
+    "binary_jitumm", "jitn", "jitnmv", "jitnmm", "binary_jitnmv", "binary_jitnmm",
+    "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csc_on_binary_pre", "update_csc_on_binary_post",
+    "update_dense_on_binary_pre", "update_dense_on_binary_post", "update_fixed_post_conn_on_binary_pre",
+    "update_fixed_pre_conn_on_binary_post",
+    "CSRDelayLayout", "csr_delay_deliver", "csr_delay_deliver_layout",
+)
 __all__ += ["event", *_EVENT_NAMES]
 
 

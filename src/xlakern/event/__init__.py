@@ -57,3 +57,46 @@ __all__ = [
     "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
     "EventShapeError", "EventDTypeError", "EventUnitError",
 ]
+
+# ----------------------------------------------------------------------------- part 2
+# Just-in-time connectivity (matrices regenerated from a seed inside the kernels).
+from ._jitc import (  # noqa: E402
+    JITCNormalC, JITCNormalR, JITCScalarC, JITCScalarR, JITCUniformC, JITCUniformR, binary_jitnmm, binary_jitnmv,
+    binary_jitsmm, binary_jitsmv, binary_jitumm, binary_jitumv, jitn, jitnmm, jitnmv, jits, jitsmm, jitsmv, jitu,
+    jitumm, jitumv,
+)
+from ._jitc_kernels import (  # noqa: E402
+    binary_jitnmm_p, binary_jitnmv_p, binary_jitsmm_p, binary_jitsmv_p, binary_jitumm_p, binary_jitumv_p, jitn_p,
+    jitnmm_p, jitnmv_p, jits_p, jitsmm_p, jitsmv_p, jitu_p, jitumm_p, jitumv_p,
+)
+
+DEPRECATED_RENAMES.update({"JITCHomoR": "JITCScalarR", "JITCHomoC": "JITCScalarC"})
+__all__ += [
+    "JITCScalarR", "JITCScalarC", "JITCUniformR", "JITCUniformC", "JITCNormalR", "JITCNormalC",
+    "jits", "jitsmv", "jitsmm", "binary_jitsmv", "binary_jitsmm", "jitu", "jitumv", "jitumm", "binary_jitumv",
+    "binary_jitumm", "jitn", "jitnmv", "jitnmm", "binary_jitnmv", "binary_jitnmm",
+    "jits_p", "jitsmv_p", "jitsmm_p", "binary_jitsmv_p", "binary_jitsmm_p", "jitu_p", "jitumv_p", "jitumm_p",
+    "binary_jitumv_p", "binary_jitumm_p", "jitn_p", "jitnmv_p", "jitnmm_p", "binary_jitnmv_p", "binary_jitnmm_p",
+]
+
+# Plasticity: spike-triggered weight updates, in place.
+from ._plasticity import (  # noqa: E402
+    csc_to_csr_view, plasticity_update_p, update_csc_on_binary_post, update_csc_on_binary_pre,
+    update_csr_on_binary_post, update_csr_on_binary_pre, update_dense_on_binary_post, update_dense_on_binary_pre,
+    update_fixed_post_conn_on_binary_pre, update_fixed_pre_conn_on_binary_post,
+)
+
+DEPRECATED_RENAMES.update({
+    "csr_on_pre": "update_csr_on_binary_pre", "csr2csc_on_post": "update_csr_on_binary_post",
+    "dense_on_pre": "update_dense_on_binary_pre", "dense_on_post": "update_dense_on_binary_post",
+})
+__all__ += [
+    "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csc_on_binary_pre", "update_csc_on_binary_post",
+    "update_dense_on_binary_pre", "update_dense_on_binary_post", "update_fixed_post_conn_on_binary_pre",
+    "update_fixed_pre_conn_on_binary_post", "csc_to_csr_view", "plasticity_update_p",
+]
+
+# Synaptic delays: delivery into an arrival ring buffer.
+from ._delay import CSRDelayLayout, csr_delay_deliver, csr_delay_deliver_layout, csr_delay_deliver_p  # noqa: E402
+
+__all__ += ["CSRDelayLayout", "csr_delay_deliver", "csr_delay_deliver_layout", "csr_delay_deliver_p"]

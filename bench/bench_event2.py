@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Event operators part 2 per simulation step: JITC products and CSR plasticity, beside BrainEvent 0.3.
+
+Usage::
+
+    python bench/bench_event2.py                     # Markdown tables on stdout
+    python bench/bench_event2.py --json out.json     # ... and as JSON
+    python bench/bench_event2.py --sizes 4000 --runs 5   # a quick run
+
+Each figure is one call inside a jitted ``lax.scan`` of 100 steps (median over ``--runs`` loop
+calls after warm-ups, divided by 100); step t uses spike vector t of a (100, N) bool array with
+1% of neurons active, and each step's output is the loop carry.
+
+JITC table: N neurons, connection probability giving K = 80 or 1,000 synapses per neuron,
+``JITCScalarR((0.1, K / N, seed), shape=(N, N), corder=True)``:
+  s @ W     ``BinaryArray(s) @ W`` (scatter: only the rows of active neurons are generated)
+  W @ s     ``W @ BinaryArray(s)`` (gather: every row is generated)
+  W @ S16   ``W @ BinaryArray(S)`` with S of shape (N, 16) (gather, batch 16)
+each for xlakern and BrainEvent 0.3 (when ``import brainevent`` works), and the stored-CSR
+``BinaryArray(s) @ CSR`` of part 1 with K random targets per neuron where it fits in memory
+(indices + weights <= --csr-max-gb). The two libraries' JITC matrices differ (different
+generators), so outputs are not compared across them; xlakern's scatter is checked against its own
+materialised matrix at N <= 4,000.
+Plasticity table: ``update_csr_on_binary_pre`` (weights carried through the loop, updated in
+place) for N neurons x 80 synapses, beside BrainEvent's, with the outputs compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, log, machine_info, print_header, ratio,
+                       run_sections, time_fn)
+
+import jax
+import jax.numpy as jnp
+
+import xlakern
+
+STEPS = 100
+RATE = 0.01
+CONNS = (80, 1000)
+SIZES = {"gpu": [40_000, 400_000, 4_000_000], "cpu": [4_000, 40_000]}
+BATCH = 16
+
+
+def spike_trains(n: int, seed: int = 1, batch: int | None = None):
+    shape = (STEPS, n) if batch is None else (STEPS, n, batch)
+    return jax.random.bernoulli(jax.random.PRNGKey(seed), RATE, shape)
+
+
+def scan_loop(step_fn: Callable, out_shape: tuple) -> Callable:
+    """jit of a 100-step scan whose carry is each step's output."""
+
+    @jax.jit
+    def run(S):
+        def body(c, s):
+            return step_fn(s).astype(jnp.float32), None
+        return jax.lax.scan(body, jnp.zeros(out_shape, jnp.float32), S)[0]
+
+    return run
+
+
+def per_step(make: Callable[[], Callable], S, args):
+    try:
+        med, _, out = time_fn(make(), (S,), args.runs, budget=args.budget, warmup=2)
+        return fmt_t(med / STEPS), med / STEPS, out
+    except Exception as e:  # noqa: BLE001
+        return err_cell(e), None, None
+
+
+def jitc_steps(lib, n: int, prob: float):
+    W = lib.JITCScalarR((0.1, prob, 1234), shape=(n, n), corder=True)
+    return {"s @ W": (lambda s: lib.BinaryArray(s) @ W, (n,), False),
+            "W @ s": (lambda s: W @ lib.BinaryArray(s), (n,), False),
+            "W @ S16": (lambda S: W @ lib.BinaryArray(S), (n, BATCH), True)}
+
+
+def stored_csr(n: int, k: int):
+    rng = np.random.default_rng(0)
+    idx = jnp.asarray(rng.integers(0, n, size=n * k, dtype=np.int32))
+    w = jnp.asarray(rng.standard_normal(n * k, dtype=np.float32))
+    ptr = jnp.asarray(np.arange(0, n * k + 1, k, dtype=np.int32))
+    return w, idx, ptr
+
+
+def jitc_section(platform: str, args, device) -> Table:
+    headers = ["N", "K"]
+    for c in ("s @ W", "W @ s", "W @ S16"):
+        headers += [f"xlakern {c}", f"BrainEvent {c}", "BE / xk"]
+    headers += ["stored CSR s @ W", "JITC / CSR", "check"]
+    table = Table(f"jitc_{platform}", f"JITC products per step, {platform} ({device.device_kind})", headers,
+                  note=f"Per call inside a jitted {STEPS}-step scan; {RATE:.0%} of neurons spiking; scalar weight "
+                       f"0.1, prob = K / N; stored CSR: K random targets, float32 weights, int32 indices.")
+    for n in args.sizes or SIZES[platform]:
+        S, SB = spike_trains(n), spike_trains(n, batch=BATCH)
+        for k in CONNS:
+            if k > n:
+                continue
+            log(f"jitc {platform} N={n} K={k}")
+            cells, data, checks = [f"{n:,}", str(k)], {"n": n, "k": k}, []
+            xk = jitc_steps(xlakern, n, k / n)
+            try:
+                be, be_err = (jitc_steps(brainevent, n, k / n) if brainevent is not None else None), NA_BE
+            except Exception as e:  # noqa: BLE001
+                be, be_err = None, err_cell(e)
+            xk_scatter = None
+            for col, (fn, shape, batched) in xk.items():
+                inp = SB if batched else S
+                xc, xt, xo = per_step(lambda: scan_loop(fn, shape), inp, args)
+                if be is None:
+                    bc, bt = be_err, None
+                else:
+                    bc, bt, _ = per_step(lambda: scan_loop(be[col][0], shape), inp, args)
+                cells += [xc, bc, ratio(bt, xt)]
+                data[col] = {"xlakern_s": xt, "brainevent_s": bt}
+                if col == "s @ W":
+                    xk_scatter = xt
+            if n * k * 8 <= args.csr_max_gb * 2 ** 30:
+                w, idx, ptr = stored_csr(n, k)
+                C = xlakern.CSR((w, idx, ptr), shape=(n, n))
+                cc, ct, _ = per_step(lambda: scan_loop(lambda s: xlakern.BinaryArray(s) @ C, (n,)), S, args)
+                del w, idx, ptr, C
+            else:
+                cc, ct = f"— (> {args.csr_max_gb} GB)", None
+            cells += [cc, ratio(xk_scatter, ct)]
+            data["csr_s"] = ct
+            if n <= 4000:
+                M = np.asarray(xlakern.jits(0.1, k / n, 1234, shape=(n, n), corder=True), np.float64)
+                s = np.asarray(S[-1])
+                checks.append(np.allclose(np.asarray(xk["s @ W"][0](S[-1])), s @ M, rtol=1e-4, atol=1e-4))
+            cells.append("ok" if checks and all(checks) else ("MISMATCH" if checks else "—"))
+            table.add(cells, data)
+    return table
+
+
+def plasticity_section(platform: str, args, device) -> Table:
+    k = 80
+    headers = ["N", "K", "xlakern update_csr_on_binary_pre", "BrainEvent", "BE / xk", "check"]
+    table = Table(f"plasticity_{platform}", f"CSR plasticity per step, {platform} ({device.device_kind})", headers,
+                  note=f"update_csr_on_binary_pre(w, indices, indptr, pre_spikes, post_trace, 0, 1) per step of a "
+                       f"jitted {STEPS}-step scan carrying the weights; {RATE:.0%} of neurons spiking.")
+    for n in args.sizes or SIZES[platform]:
+        log(f"plasticity {platform} N={n}")
+        w, idx, ptr = stored_csr(n, k)
+        w = jnp.abs(w) * 0.1
+        S = spike_trains(n)
+        trace = jax.random.uniform(jax.random.PRNGKey(2), (n,), jnp.float32, -0.01, 0.01)
+
+        def loop(lib):
+            @jax.jit
+            def run(S):
+                def body(wc, s):
+                    return lib.update_csr_on_binary_pre(wc, idx, ptr, s, trace, 0.0, 1.0, shape=(n, n)), None
+                return jax.lax.scan(body, w, S)[0]
+            return run
+
+        xc, xt, xo = per_step(lambda: loop(xlakern), S, args)
+        if brainevent is None:
+            bc, bt, bo = NA_BE, None, None
+        else:
+            bc, bt, bo = per_step(lambda: loop(brainevent), S, args)
+        # each timed call starts from the same w, so the outputs of both libraries must agree
+        check = "—" if xo is None or bo is None else (
+            "ok" if np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-5, atol=1e-6) else "MISMATCH")
+        table.add([f"{n:,}", str(k), xc, bc, ratio(bt, xt), check], {"n": n, "xlakern_s": xt, "brainevent_s": bt})
+    return table
+
+
+def section(platform: str, args) -> list[Table]:
+    device = jax.devices(platform)[0]
+    with jax.default_device(device):
+        return [jitc_section(platform, args, device), plasticity_section(platform, args, device)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", metavar="PATH", help="also write the tables (and raw data) as JSON")
+    ap.add_argument("--runs", type=int, default=20, help="timed loop calls per figure (default 20)")
+    ap.add_argument("--budget", type=float, default=3.0, help="seconds per figure before stopping early")
+    ap.add_argument("--sizes", type=int, nargs="*", help="override N (default: 40k, 400k, 4M GPU; 4k, 40k CPU)")
+    ap.add_argument("--platforms", nargs="*", default=None, help="cpu and/or gpu (default: both where present)")
+    ap.add_argument("--csr-max-gb", type=float, default=16.0, help="largest stored CSR (indices + weights) to build")
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    info = machine_info()
+    print_header("xlakern: event operators part 2 (JITC, plasticity) per simulation step", info)
+    platforms = args.platforms or (["gpu", "cpu"] if info["gpu"] else ["cpu"])
+    tables = run_sections([(p, (lambda p=p: section(p, args))) for p in platforms])
+    finish(t_start, info, tables, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

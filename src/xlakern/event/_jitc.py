@@ -1,0 +1,556 @@
+"""Just-in-time connectivity (JITC): random matrices regenerated from a seed inside the kernel on
+every call, so a network of N neurons costs O(N) memory whatever its synapse count.
+
+Names and arguments are BrainEvent 0.3's. A matrix ``M`` of ``shape=(m, n)`` connects each pair
+with probability ``prob``; its weights are one scalar (``jits*``), uniform in ``(w_low, w_high]``
+(``jitu*``) or normal ``(w_loc, w_scale)`` (``jitn*``). ``corder=True`` generates ``M`` row by row
+(``M @ v`` is a gather), ``corder=False`` column by column (``M @ v`` is a scatter); the two are
+different matrices. ``transpose=True`` computes ``M.T @ v``.
+
+The promise: one ``(seed, prob, shape, corder)`` is one matrix, bit for bit, on CPU and GPU, in
+the mv and mm operators, in both orientations, with any batch, and ``jit{s,u,n}`` materialises
+exactly the weights the products multiply by (``_jitc_kernels`` explains the generator).
+
+Example::
+
+    import jax.numpy as jnp, xlakern as brainevent
+    W = brainevent.JITCScalarR((0.1, 0.02, 42), shape=(4000, 4000))
+    current = brainevent.BinaryArray(spikes) @ W     # spikes: (4000,) bool; W is never stored
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax.numpy as jnp
+import numpy as np
+from jax.tree_util import register_pytree_node_class
+
+from . import _jitc_kernels as JK
+from . import _units
+from ._errors import EventDTypeError, EventShapeError, EventUnitError
+from ._events import EventRepresentation
+from ._kernels import SDS, acc_dtype
+from ._layouts import DataRepresentation
+from ._ops import _check_spikes, _shape2, _spikes, _weights
+
+__all__ = [
+    "JITCScalarR", "JITCScalarC", "JITCUniformR", "JITCUniformC", "JITCNormalR", "JITCNormalC",
+    "jits", "jitsmv", "jitsmm", "binary_jitsmv", "binary_jitsmm",
+    "jitu", "jitumv", "jitumm", "binary_jitumv", "binary_jitumm",
+    "jitn", "jitnmv", "jitnmm", "binary_jitnmv", "binary_jitnmm",
+]
+
+
+# ----------------------------------------------------------------------------- argument handling
+
+def _prob(name: str, prob: Any) -> float:
+    try:
+        p = float(prob)
+    except Exception:
+        raise EventShapeError(f"{name}: prob must be a concrete float in [0, 1] (it sets the generator's "
+                              f"tables at trace time); got {prob!r}") from None
+    if not 0.0 <= p <= 1.0:
+        raise EventShapeError(f"{name}: prob must lie in [0, 1]; got {p!r}")
+    return p
+
+
+def _seed(name: str, seed: Any):
+    """uint32 (1,) seed; None draws one (as BrainEvent does), traced seeds are fine."""
+    if seed is None:
+        seed = np.random.randint(0, 10 ** 8)
+    s = jnp.asarray(seed)
+    if not (jnp.issubdtype(s.dtype, jnp.integer) and s.size == 1):
+        raise EventDTypeError(f"{name}: seed must be one integer; got {seed!r}")
+    return s.reshape(1).astype(jnp.uint32)
+
+
+def _params(name: str, first, second, letter: str):
+    """(params (a, b) in the accumulation dtype, the weights' dtype, unit)."""
+    a, unit_a = _units.split(first)
+    a = _weights(name, "weight", a)
+    if letter == "s":
+        if a.size != 1:
+            raise EventShapeError(f"{name}: weight must be a scalar; got shape {tuple(a.shape)}")
+        dtype = a.dtype
+        acc = acc_dtype(dtype)
+        a = a.reshape(()).astype(acc)
+        return jnp.stack([a, jnp.zeros((), acc)]), dtype, unit_a
+    b, unit_b = _units.split(second)
+    b = _weights(name, "weight", b)
+    if unit_a != unit_b:
+        raise EventUnitError(f"{name}: the two weight parameters carry different units ({unit_a} and {unit_b}); "
+                             f"give both in one unit")
+    for arg, x in (("first weight parameter", a), ("second weight parameter", b)):
+        if x.size != 1:
+            raise EventShapeError(f"{name}: the {arg} must be a scalar; got shape {tuple(x.shape)}")
+    dtype = jnp.promote_types(a.dtype, b.dtype)
+    acc = acc_dtype(dtype)
+    a, b = a.reshape(()).astype(acc), b.reshape(()).astype(acc)
+    if letter == "u":  # weight = low + (high - low) * U(0, 1]
+        return jnp.stack([a, b - a]), dtype, unit_a
+    return jnp.stack([a, b]), dtype, unit_a  # weight = loc + scale * N(0, 1)
+
+
+def _generated(shape, transpose: bool, corder: bool):
+    """(generated (grows, gcols), kernel transpose) for M of `shape`: G = M (corder) or M.T."""
+    m, n = shape
+    if corder:
+        return (m, n), bool(transpose)
+    return (n, m), not transpose
+
+
+def _tables(name: str, letter: str, prob: float, acc):
+    table = jnp.asarray(JK.skip_table(prob))
+    q = JK.quantile_table(jnp.dtype(acc).name) if letter == "n" else np.zeros((1,), jnp.dtype(acc))
+    return table, jnp.asarray(q)
+
+
+def _product(name, letter, binary, mm, first, second, prob, vector, seed, shape, transpose, corder, backend):
+    params, w_dtype, unit_w = _params(name, first, second, letter)
+    prob = _prob(name, prob)
+    seed = _seed(name, seed)
+    shape = _shape2(name, shape)
+    v, unit_v = _units.split(vector)
+    v = _spikes(name, "vector", v, binary)
+    out_dtype = w_dtype
+    if not binary and jnp.issubdtype(v.dtype, jnp.floating):
+        out_dtype = jnp.promote_types(w_dtype, v.dtype)
+    acc = acc_dtype(out_dtype)
+    params = params.astype(acc)
+    if not binary:
+        v = v.astype(acc)
+    m, n = shape
+    _check_spikes(name, "vector", v, m if transpose else n, mm, transpose)
+    gshape, ktrans = _generated(shape, transpose, corder)
+    n_out = n if transpose else m
+    if prob == 0.0 or n_out == 0 or v.shape[0] == 0:
+        res = jnp.zeros((n_out,) + tuple(v.shape[1:]), acc)
+    else:
+        table, qtable = _tables(name, letter, prob, acc)
+        op = JK.JITC_KINDS[letter].ops[(binary, mm)]
+        out = SDS((n_out,) + tuple(v.shape[1:]), acc)
+        res = op(params, seed, table, qtable, v, outs=[out], backend=backend, transpose=ktrans, shape=gshape)[0]
+    return _units.attach(res.astype(out_dtype), unit_w, unit_v)
+
+
+def _dense(name, letter, first, second, prob, seed, shape, transpose, corder, backend):
+    params, w_dtype, unit_w = _params(name, first, second, letter)
+    prob = _prob(name, prob)
+    seed = _seed(name, seed)
+    shape = _shape2(name, shape)
+    gshape, _ = _generated(shape, False, corder)
+    acc = acc_dtype(w_dtype)
+    if prob == 0.0 or 0 in gshape:
+        g = jnp.zeros(gshape, acc)
+    else:
+        table, qtable = _tables(name, letter, prob, acc)
+        g = JK.JITC_KINDS[letter].dense(params.astype(acc), seed, table, qtable, outs=[SDS(gshape, acc)],
+                                         backend=backend, shape=gshape)[0]
+    m = g if corder else g.T
+    m = m.T if transpose else m
+    return _units.attach(m.astype(w_dtype), unit_w)
+
+
+# ----------------------------------------------------------------------------- operators
+
+def jits(weight, prob, seed, *, shape, transpose: bool = False, corder: bool = True, backend: Optional[str] = None):
+    """The dense matrix ``M`` (``M.T`` with ``transpose=True``) that :func:`jitsmv` multiplies by.
+
+    Example::
+
+        M = xlakern.jits(0.5, 0.1, 42, shape=(100, 200))   # (100, 200), ~10% entries equal 0.5
+    """
+    return _dense("jits", "s", weight, None, prob, seed, shape, transpose, corder, backend)
+
+
+def jitsmv(weight, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+           backend: Optional[str] = None):
+    """``M @ vector`` (``M.T @ vector``) for the JITC matrix of one scalar ``weight``.
+
+    Example::
+
+        y = xlakern.jitsmv(0.5, 0.1, x, 42, shape=(100, 200))   # x: (200,)
+    """
+    return _product("jitsmv", "s", False, False, weight, None, prob, vector, seed, shape, transpose, corder, backend)
+
+
+def jitsmm(weight, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+           backend: Optional[str] = None):
+    """``M @ B`` (``M.T @ B``) for a (k, batch) matrix ``B``; column j equals ``jitsmv`` of ``B[:, j]``.
+
+    Example::
+
+        Y = xlakern.jitsmm(0.5, 0.1, X, 42, shape=(100, 200))   # X: (200, 16)
+    """
+    return _product("jitsmm", "s", False, True, weight, None, prob, B, seed, shape, transpose, corder, backend)
+
+
+def binary_jitsmv(weight, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+                  backend: Optional[str] = None):
+    """Event-driven :func:`jitsmv`: non-zero entries of ``vector`` count as 1.
+
+    Example::
+
+        current = xlakern.binary_jitsmv(0.5, 0.02, spikes, 42, shape=(n_pre, n_post), transpose=True)
+    """
+    return _product("binary_jitsmv", "s", True, False, weight, None, prob, vector, seed, shape, transpose, corder,
+                    backend)
+
+
+def binary_jitsmm(weight, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+                  backend: Optional[str] = None):
+    """Event-driven :func:`jitsmm`.
+
+    Example::
+
+        Y = xlakern.binary_jitsmm(0.5, 0.02, spikes_kb, 42, shape=(n_pre, n_post), transpose=True)
+    """
+    return _product("binary_jitsmm", "s", True, True, weight, None, prob, B, seed, shape, transpose, corder, backend)
+
+
+def jitu(w_low, w_high, prob, seed, *, shape, transpose: bool = False, corder: bool = True,
+         backend: Optional[str] = None):
+    """The dense matrix with weights uniform in ``(w_low, w_high]`` that :func:`jitumv` multiplies by.
+
+    Example::
+
+        M = xlakern.jitu(0.0, 1.0, 0.1, 42, shape=(100, 200))
+    """
+    return _dense("jitu", "u", w_low, w_high, prob, seed, shape, transpose, corder, backend)
+
+
+def jitumv(w_low, w_high, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+           backend: Optional[str] = None):
+    """``M @ vector`` for the JITC matrix with uniform weights.
+
+    Example::
+
+        y = xlakern.jitumv(0.0, 1.0, 0.1, x, 42, shape=(100, 200))
+    """
+    return _product("jitumv", "u", False, False, w_low, w_high, prob, vector, seed, shape, transpose, corder,
+                    backend)
+
+
+def jitumm(w_low, w_high, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+           backend: Optional[str] = None):
+    """``M @ B`` for the JITC matrix with uniform weights.
+
+    Example::
+
+        Y = xlakern.jitumm(0.0, 1.0, 0.1, X, 42, shape=(100, 200))
+    """
+    return _product("jitumm", "u", False, True, w_low, w_high, prob, B, seed, shape, transpose, corder, backend)
+
+
+def binary_jitumv(w_low, w_high, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+                  backend: Optional[str] = None):
+    """Event-driven :func:`jitumv`.
+
+    Example::
+
+        y = xlakern.binary_jitumv(0.0, 1.0, 0.02, spikes, 42, shape=(n_pre, n_post), transpose=True)
+    """
+    return _product("binary_jitumv", "u", True, False, w_low, w_high, prob, vector, seed, shape, transpose, corder,
+                    backend)
+
+
+def binary_jitumm(w_low, w_high, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+                  backend: Optional[str] = None):
+    """Event-driven :func:`jitumm`.
+
+    Example::
+
+        Y = xlakern.binary_jitumm(0.0, 1.0, 0.02, spikes_kb, 42, shape=(n_pre, n_post), transpose=True)
+    """
+    return _product("binary_jitumm", "u", True, True, w_low, w_high, prob, B, seed, shape, transpose, corder,
+                    backend)
+
+
+def jitn(w_loc, w_scale, prob, seed, *, shape, transpose: bool = False, corder: bool = True,
+         backend: Optional[str] = None):
+    """The dense matrix with normal weights ``(w_loc, w_scale)`` that :func:`jitnmv` multiplies by.
+
+    Example::
+
+        M = xlakern.jitn(0.0, 1.0, 0.1, 42, shape=(100, 200))
+    """
+    return _dense("jitn", "n", w_loc, w_scale, prob, seed, shape, transpose, corder, backend)
+
+
+def jitnmv(w_loc, w_scale, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+           backend: Optional[str] = None):
+    """``M @ vector`` for the JITC matrix with normal weights.
+
+    Example::
+
+        y = xlakern.jitnmv(0.0, 1.0, 0.1, x, 42, shape=(100, 200))
+    """
+    return _product("jitnmv", "n", False, False, w_loc, w_scale, prob, vector, seed, shape, transpose, corder,
+                    backend)
+
+
+def jitnmm(w_loc, w_scale, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+           backend: Optional[str] = None):
+    """``M @ B`` for the JITC matrix with normal weights.
+
+    Example::
+
+        Y = xlakern.jitnmm(0.0, 1.0, 0.1, X, 42, shape=(100, 200))
+    """
+    return _product("jitnmm", "n", False, True, w_loc, w_scale, prob, B, seed, shape, transpose, corder, backend)
+
+
+def binary_jitnmv(w_loc, w_scale, prob, vector, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+                  backend: Optional[str] = None):
+    """Event-driven :func:`jitnmv`.
+
+    Example::
+
+        y = xlakern.binary_jitnmv(0.0, 1.0, 0.02, spikes, 42, shape=(n_pre, n_post), transpose=True)
+    """
+    return _product("binary_jitnmv", "n", True, False, w_loc, w_scale, prob, vector, seed, shape, transpose, corder,
+                    backend)
+
+
+def binary_jitnmm(w_loc, w_scale, prob, B, seed=None, *, shape, transpose: bool = False, corder: bool = True,
+                  backend: Optional[str] = None):
+    """Event-driven :func:`jitnmm`.
+
+    Example::
+
+        Y = xlakern.binary_jitnmm(0.0, 1.0, 0.02, spikes_kb, 42, shape=(n_pre, n_post), transpose=True)
+    """
+    return _product("binary_jitnmm", "n", True, True, w_loc, w_scale, prob, B, seed, shape, transpose, corder,
+                    backend)
+
+
+_PRODUCTS = {
+    "s": {(True, False): binary_jitsmv, (True, True): binary_jitsmm, (False, False): jitsmv, (False, True): jitsmm},
+    "u": {(True, False): binary_jitumv, (True, True): binary_jitumm, (False, False): jitumv, (False, True): jitumm},
+    "n": {(True, False): binary_jitnmv, (True, True): binary_jitnmm, (False, False): jitnmv, (False, True): jitnmm},
+}
+_DENSE = {"s": jits, "u": jitu, "n": jitn}
+
+
+# ----------------------------------------------------------------------------- matrices
+
+class _JITCMatrix(DataRepresentation):
+    """Base of the JITC matrices. Leaves: the weight parameter(s) and the seed; static: prob,
+    shape, corder, backend. ``R`` classes are the matrix ``M`` of ``shape`` as the operators define
+    it; ``C`` classes of shape (m, n) are the transpose of the ``R`` matrix of shape (n, m) with the
+    same arguments, so ``.T`` flips between them without changing a weight."""
+
+    _letter = "s"
+    _columns = False  # the C classes
+    _nparams = 1
+
+    def __init__(self, *args, shape, corder: bool = False, backend: Optional[str] = None, buffers: Any = None):
+        if len(args) == 1 and isinstance(args[0], (tuple, list)):
+            args = tuple(args[0])
+        n = self._nparams
+        if len(args) != n + 2:
+            what = "(weight, prob, seed)" if n == 1 else "(w_low, w_high, prob, seed) / (w_loc, w_scale, prob, seed)"
+            raise EventShapeError(f"{type(self).__name__}: expected the arguments {what}; got {len(args)} values")
+        weights, prob, seed = args[:n], args[n], args[n + 1]
+        if seed is None:
+            seed = np.random.randint(0, 10 ** 8)
+        self._set(tuple(weights) + (seed,), _prob(type(self).__name__, prob), shape, corder, backend)
+
+    def _set(self, children, prob, shape, corder, backend):
+        self.weights = tuple(children[:-1])
+        self.seed = children[-1]
+        self.prob = prob
+        self.shape = _shape2(type(self).__name__, shape)
+        self.corder = bool(corder)
+        self.backend = backend
+
+    def tree_flatten(self):
+        return self.weights + (self.seed,), (self.prob, self.shape, self.corder, self.backend)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj._set(tuple(children), *aux)
+        return obj
+
+    @property
+    def dtype(self):
+        return jnp.asarray(_units.split(self.weights[0])[0]).dtype
+
+    @property
+    def nse(self):
+        """Expected number of synapses (they are never stored)."""
+        return int(round(self.prob * self.shape[0] * self.shape[1]))
+
+    def _pair(self):
+        return (self.weights[0], self.weights[1] if self._nparams == 2 else None)
+
+    def _stored(self):
+        """(shape of the R matrix the operators see, whether this object is its transpose)."""
+        return (self.shape[::-1], True) if self._columns else (self.shape, False)
+
+    def todense(self):
+        """The dense matrix, exactly the weights the products use.
+
+        Example::
+
+            M = xlakern.JITCScalarR((0.5, 0.1, 42), shape=(100, 200)).todense()
+        """
+        shape, flipped = self._stored()
+        first, second = self._pair()
+        args = (first,) if self._nparams == 1 else (first, second)
+        return _DENSE[self._letter](*args, self.prob, self.seed, shape=shape, transpose=flipped,
+                                    corder=self.corder, backend=self.backend)
+
+    @property
+    def T(self):
+        other = _TRANSPOSED[type(self)]
+        return other.tree_unflatten((self.prob, self.shape[::-1], self.corder, self.backend),
+                                    self.weights + (self.seed,))
+
+    def transpose(self, axes=None):
+        return self.T
+
+    def with_data(self, *weights):
+        """The same connectivity (seed, prob) with other weight parameter(s).
+
+        Example::
+
+            W2 = W.with_data(W.weights[0] * 2)
+        """
+        return type(self).tree_unflatten((self.prob, self.shape, self.corder, self.backend),
+                                         tuple(weights) + (self.seed,))
+
+    def _replace_data(self, data):
+        return self.with_data(data) if self._nparams == 1 else NotImplemented
+
+    def _scale(self, other, op, name):
+        from ._layouts import _is_scalar
+
+        if not _is_scalar(other):
+            raise TypeError(f"{type(self).__name__} {name} supports scalars only; got {type(other).__name__}")
+        # every kind's weight is affine in its parameters: scaling both scales each weight
+        return self.with_data(*(op(w, other) for w in self.weights))
+
+    def __neg__(self):
+        return self.with_data(*(-w for w in self.weights))
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(shape={self.shape}, prob={self.prob}, corder={self.corder}, "
+                f"dtype={self.dtype})")
+
+    def _mul_vector(self, x, transpose: bool):
+        """``R @ x`` (transpose False) or ``R.T @ x`` for the underlying R matrix; x is 1-D or (k, b)."""
+        binary = isinstance(x, EventRepresentation)
+        if binary and x._weighted:
+            binary, value = False, x.value
+        else:
+            value = x.value if binary else x
+        mantissa = _units.split(value)[0]
+        ndim = np.ndim(mantissa)
+        if ndim not in (1, 2):
+            raise EventShapeError(f"{type(self).__name__} @: the other operand must be 1-D or 2-D; got shape "
+                                  f"{np.shape(mantissa)}")
+        shape, _ = self._stored()
+        first, second = self._pair()
+        fn = _PRODUCTS[self._letter][(binary, ndim == 2)]
+        args = (first,) if self._nparams == 1 else (first, second)
+        return fn(*args, self.prob, value, self.seed, shape=shape, transpose=transpose, corder=self.corder,
+                  backend=self.backend)
+
+    def _product(self, x, w_on_left: bool):
+        _, flipped = self._stored()
+        # this @ x = (R or R.T) @ x ; x @ this = this.T @ x (1-D) or (this.T @ x.T).T (2-D)
+        transpose = flipped if w_on_left else not flipped
+        value = x.value if isinstance(x, EventRepresentation) else x
+        if not w_on_left and np.ndim(_units.split(value)[0]) == 2:
+            xt = type(x)(value.T) if isinstance(x, EventRepresentation) else value.T
+            return self._mul_vector(xt, transpose).T
+        return self._mul_vector(x, transpose)
+
+    def __matmul__(self, other):
+        return self._product(other, True)
+
+    def __rmatmul__(self, other):
+        return self._product(other, False)
+
+
+@register_pytree_node_class
+class JITCScalarR(_JITCMatrix):
+    """JITC matrix with one scalar weight: ``JITCScalarR((weight, prob, seed), shape=(m, n), corder=False)``.
+
+    Example::
+
+        W = xlakern.JITCScalarR((0.1, 0.02, 42), shape=(1000, 2000))
+        y = xlakern.BinaryArray(spikes) @ W      # spikes: (1000,)
+    """
+
+
+@register_pytree_node_class
+class JITCScalarC(JITCScalarR):
+    """The transpose form of :class:`JITCScalarR` (``JITCScalarR(..., shape=(n, m)).T``).
+
+    Example::
+
+        W = xlakern.JITCScalarC((0.1, 0.02, 42), shape=(1000, 2000))
+    """
+
+    _columns = True
+
+
+@register_pytree_node_class
+class JITCUniformR(_JITCMatrix):
+    """JITC matrix with weights uniform in ``(w_low, w_high]``: ``JITCUniformR((w_low, w_high, prob, seed), shape=...)``.
+
+    Example::
+
+        W = xlakern.JITCUniformR((0.0, 0.2, 0.02, 42), shape=(1000, 2000))
+    """
+
+    _letter = "u"
+    _nparams = 2
+
+
+@register_pytree_node_class
+class JITCUniformC(JITCUniformR):
+    """The transpose form of :class:`JITCUniformR`.
+
+    Example::
+
+        W = xlakern.JITCUniformC((0.0, 0.2, 0.02, 42), shape=(1000, 2000))
+    """
+
+    _columns = True
+
+
+@register_pytree_node_class
+class JITCNormalR(_JITCMatrix):
+    """JITC matrix with normal weights: ``JITCNormalR((w_loc, w_scale, prob, seed), shape=...)``.
+
+    Example::
+
+        W = xlakern.JITCNormalR((0.0, 0.1, 0.02, 42), shape=(1000, 2000))
+    """
+
+    _letter = "n"
+    _nparams = 2
+
+
+@register_pytree_node_class
+class JITCNormalC(JITCNormalR):
+    """The transpose form of :class:`JITCNormalR`.
+
+    Example::
+
+        W = xlakern.JITCNormalC((0.0, 0.1, 0.02, 42), shape=(1000, 2000))
+    """
+
+    _columns = True
+
+
+_TRANSPOSED = {
+    JITCScalarR: JITCScalarC, JITCScalarC: JITCScalarR,
+    JITCUniformR: JITCUniformC, JITCUniformC: JITCUniformR,
+    JITCNormalR: JITCNormalC, JITCNormalC: JITCNormalR,
+}

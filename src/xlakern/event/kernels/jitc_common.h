@@ -1,0 +1,132 @@
+// Shared by jitc_cpu.cc and jitc_cuda.cu: the counter-based generator of just-in-time
+// connectivity. Everything that decides the matrix is integer arithmetic or correctly rounded
+// IEEE operations on exact products (no log; see split_mul), so a seed gives bit-identical matrices in C++,
+// CUDA and the jnp reference (_jitc_kernels.py mirrors every line below).
+//
+// Generated row r of a (grows, gcols) matrix: draw k = 0, 1, ... gives the hash h = draw(seed, r,
+// 2k) for the skip and h2 = draw(seed, r, 2k+1) for the weight. Columns advance by geometric
+// skips: skip = 1 + #{t in table : t > h}, where `table` (ascending) holds floor(2^32 (1-p)^i)
+// for i >= 1, so P(skip > i) = (1-p)^i up to 2^-32. The first column is skip - 1.
+// Weight = a + b * r(h2): r = 0 (scalar), U(0,1] from 24 bits (uniform), or a standard normal
+// from linear interpolation in a 65537-entry quantile table (normal).
+#pragma once
+
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+
+namespace xk_jitc {
+
+enum Kind : int64_t { kScalar = 0, kUniform = 1, kNormal = 2 };
+
+XK_HOST_DEVICE inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+XK_HOST_DEVICE inline uint32_t row_key(uint32_t seed, uint32_t row) {
+  return mix32(mix32(seed ^ 0x9e3779b9u) ^ (row * 0x85ebca6bu));
+}
+
+XK_HOST_DEVICE inline uint32_t draw(uint32_t key, uint32_t k) {
+  return mix32(mix32(key ^ (k * 0x9e3779b9u + 0x632be5abu)));
+}
+
+// 1 + the number of table entries above h (table ascending, length n), found from a logarithm
+// estimate corrected by stepping along the table: the table alone decides the result (so it is
+// exact whatever the platform's log does), and the estimate makes it one or two loads instead of
+// a binary search. inv_log_keep = 1 / ln(1 - p) (see row_walk).
+XK_HOST_DEVICE inline int64_t skip_of(uint32_t h, const uint32_t* table, int64_t n, float inv_log_keep) {
+  if (n == 0) return 1;
+  // T_k = floor(2^32 (1-p)^k) = table[n - k]; count = max k with T_k > h
+  const float est = logf((float(h) + 0.5f) * 2.3283064365386963e-10f) * inv_log_keep;
+  int64_t c = est <= 0.f ? 0 : (est >= float(n) ? n : int64_t(est));
+  while (c < n && table[n - c - 1] > h) ++c;
+  while (c > 0 && table[n - c] <= h) --c;
+  return 1 + c;
+}
+
+// 1 / ln(1 - p), from the table's first threshold T_1 = floor(2^32 (1 - p)).
+XK_HOST_DEVICE inline float inv_log_keep_of(const uint32_t* table, int64_t n) {
+  if (n == 0) return 0.f;
+  const float lost = float(4294967296.0 - double(table[n - 1])) * 2.3283064365386963e-10f;  // ~p
+  return 1.f / log1pf(-lost);
+}
+
+// Products whose every partial product is exact: x and y are split into high and low halves
+// of their significands (a bit mask), each partial product fits the format exactly, and the
+// partials are added in a fixed order. An exact product gives the same sum whether or not a
+// compiler fuses it with the add into an FMA (nvcc and XLA both do), so C++, CUDA and jnp agree
+// to the bit. (float64 drops the low x low partial, below 2^-52 relative, which would not be exact.)
+XK_HOST_DEVICE inline float hi_part(float x) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(__float_as_uint(x) & 0xfffff000u);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u &= 0xfffff000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
+XK_HOST_DEVICE inline double hi_part(double x) {
+#ifdef __CUDA_ARCH__
+  return __longlong_as_double(__double_as_longlong(x) & (long long)0xfffffffff8000000ull);
+#else
+  uint64_t u;
+  std::memcpy(&u, &x, 8);
+  u &= 0xfffffffff8000000ull;
+  std::memcpy(&x, &u, 8);
+  return x;
+#endif
+}
+XK_HOST_DEVICE inline float split_mul(float x, float y) {
+  const float xh = hi_part(x), xl = x - xh, yh = hi_part(y), yl = y - yh;
+  float s = xh * yh;
+  s = s + xh * yl;
+  s = s + xl * yh;
+  return s + xl * yl;
+}
+XK_HOST_DEVICE inline double split_mul(double x, double y) {
+  const double xh = hi_part(x), xl = x - xh, yh = hi_part(y), yl = y - yh;
+  double s = xh * yh;
+  s = s + xh * yl;
+  return s + xl * yh;
+}
+
+// The random factor r of a synapse's weight (A: float or double).
+template <typename A>
+XK_HOST_DEVICE inline A weight_factor(int64_t kind, uint32_t h2, const A* qtable) {
+  if (kind == kUniform) return A(int64_t(h2 >> 8) + 1) * A(1.0 / 16777216.0);  // exact: (0, 1]
+  if (kind == kNormal) {
+    const uint32_t i = h2 >> 16;
+    const A frac = A(int64_t(h2 & 0xffffu)) * A(1.0 / 65536.0);
+    return qtable[i] + split_mul(qtable[i + 1] - qtable[i], frac);
+  }
+  return A(0);
+}
+
+template <typename A>
+XK_HOST_DEVICE inline A weight_of(A a, A b, int64_t kind, uint32_t h2, const A* qtable) {
+  return a + split_mul(b, weight_factor(kind, h2, qtable));
+}
+
+// Walks generated row r, calling f(col, weight) for each synapse.
+template <typename A, typename F>
+XK_HOST_DEVICE inline void for_each_synapse(uint32_t seed, int64_t r, int64_t gcols, const uint32_t* table,
+                                            int64_t ntable, int64_t kind, A a, A b, const A* qtable, F&& f) {
+  const uint32_t key = row_key(seed, uint32_t(r));
+  const float inv_log_keep = inv_log_keep_of(table, ntable);
+  int64_t col = -1;
+  for (uint32_t k = 0;; ++k) {
+    col += skip_of(draw(key, 2u * k), table, ntable, inv_log_keep);
+    if (col >= gcols) break;
+    f(col, weight_of(a, b, kind, draw(key, 2u * k + 1u), qtable));
+  }
+}
+
+}  // namespace xk_jitc

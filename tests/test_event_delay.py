@@ -1,0 +1,136 @@
+"""Synaptic delays (xlakern.event._delay) against a NumPy ring buffer over a simulated run."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xlakern
+from conftest import x64
+from test_event_jitc import assert_cuda_compiles
+from xlakern.event import EventShapeError
+
+N_PRE, N_POST, L, STEPS = 35, 25, 6, 60
+
+
+def network(rng, density=0.3):
+    mask = rng.random((N_PRE, N_POST)) < density
+    mask[5] = False
+    rows, cols = np.nonzero(mask)
+    indptr = np.concatenate([[0], np.cumsum(mask.sum(1))]).astype(np.int32)
+    data = rng.standard_normal(rows.size)
+    delays = rng.integers(1, L, rows.size).astype(np.int32)
+    return rows, cols.astype(np.int32), indptr, data, delays
+
+
+def numpy_run(rows, cols, data, delays, events, weighted):
+    """The arrivals each step: ring of L rows, read and cleared at t mod L after delivery."""
+    ring = np.zeros((L, N_POST))
+    arrivals = []
+    for t, ev in enumerate(events):
+        for e in range(rows.size):
+            x = ev[rows[e]]
+            if x != 0:
+                ring[(t + delays[e]) % L, cols[e]] += data[e] * (x if weighted else 1.0)
+        arrivals.append(ring[t % L].copy())
+        ring[t % L] = 0
+    return np.array(arrivals)
+
+
+def jax_run(deliver, events):
+    @jax.jit
+    def run(events):
+        def step(ring, xs):
+            t, ev = xs
+            ring = deliver(ring, ev, t)
+            now = ring[t % L]
+            return ring.at[t % L].set(0), now
+        return jax.lax.scan(step, jnp.zeros((L, N_POST), jnp.float64), (jnp.arange(len(events)), events))[1]
+    return np.asarray(run(jnp.asarray(events)))
+
+
+@pytest.mark.parametrize("backend", [None, "jnp"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_csr_delay_deliver_matches_numpy_ring(backend, weighted, rng):
+    rows, cols, indptr, data, delays = network(rng)
+    events = rng.random((STEPS, N_PRE)) < 0.2
+    if weighted:
+        events = np.where(events, rng.standard_normal(events.shape), 0.0)
+    with x64():
+        got = jax_run(lambda ring, ev, t: xlakern.csr_delay_deliver(
+            ring, ev, data, cols, indptr, delays, t, shape=(N_PRE, N_POST), weighted=weighted, backend=backend),
+            events)
+    want = numpy_run(rows, cols, data, delays, events, weighted)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert np.abs(want).sum() > 0
+
+
+def test_layout_matches_plain_delivery_and_keeps_weights(rng):
+    rows, cols, indptr, data, delays = network(rng)
+    events = rng.random((STEPS, N_PRE)) < 0.2
+    with x64():
+        layout = xlakern.CSRDelayLayout.build(data, cols, indptr, delays, n_slots=L, shape=(N_PRE, N_POST))
+        np.testing.assert_array_equal(np.asarray(layout.original_data()), data)
+        ld = np.asarray(layout.delays)
+        lp = np.asarray(layout.delay_ptr)
+        for i in range(N_PRE):  # each row sorted by delay; delay_ptr marks where each delay starts
+            seg = ld[indptr[i]:indptr[i + 1]]
+            assert (np.diff(seg) >= 0).all()
+            for d in range(L):
+                assert lp[i, d] == indptr[i] + np.count_nonzero(seg < d)
+        got = jax_run(lambda ring, ev, t: layout.deliver(ring, xlakern.BinaryArray(ev), t), events)
+        got2 = jax_run(lambda ring, ev, t: xlakern.csr_delay_deliver_layout(ring, ev, layout, t), events)
+    want = numpy_run(rows, cols, data, delays, events, False)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got2, want, rtol=1e-12, atol=1e-12)
+
+
+def test_ring_is_updated_in_place(rng):
+    rows, cols, indptr, data, delays = network(rng)
+    f = jax.jit(lambda ring, ev, t: xlakern.csr_delay_deliver(ring, ev, data.astype(np.float32), cols, indptr,
+                                                               delays, t, shape=(N_PRE, N_POST)), donate_argnums=0)
+    ring = jnp.zeros((L, N_POST), jnp.float32)
+    ptr = ring.unsafe_buffer_pointer()
+    ev = np.zeros(N_PRE, bool)
+    ev[0] = True
+    out = f(ring, ev, 3)
+    assert out.unsafe_buffer_pointer() == ptr
+    want = np.zeros((L, N_POST))
+    for e in range(indptr[0], indptr[1]):
+        want[(3 + delays[e]) % L, cols[e]] += data[e]
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-6)
+
+
+def test_errors(rng):
+    rows, cols, indptr, data, delays = network(rng)
+    ring = np.zeros((L, N_POST), np.float32)
+    with pytest.raises(EventShapeError, match="1 <= d < L"):
+        xlakern.csr_delay_deliver(ring, np.ones(N_PRE, bool), data, cols, indptr, np.full(rows.size, L), 0,
+                                  shape=(N_PRE, N_POST))
+    with pytest.raises(EventShapeError, match="ring"):
+        xlakern.csr_delay_deliver(np.zeros((L, N_POST + 1)), np.ones(N_PRE, bool), data, cols, indptr, delays, 0,
+                                  shape=(N_PRE, N_POST))
+    # traced delays cannot be checked: they wrap modulo L instead
+    traced = jax.jit(lambda d: xlakern.csr_delay_deliver(ring, np.ones(N_PRE, bool), data, cols, indptr, d, 0,
+                                                         shape=(N_PRE, N_POST)))(delays)
+    assert np.isfinite(np.asarray(traced)).all()
+    with pytest.raises(xlakern.XlakernError, match="t must be"):
+        xlakern.csr_delay_deliver(ring, np.ones(N_PRE, bool), data, cols, indptr, delays, 0.5,
+                                  shape=(N_PRE, N_POST))
+
+
+def test_delay_cuda_kernel_compiles():
+    assert_cuda_compiles("delay_cuda.cu", {"delay_deliver"})
+
+
+@pytest.mark.gpu
+def test_gpu_delay_matches_numpy():
+    rng = np.random.default_rng()
+    rows, cols, indptr, data, delays = network(rng)
+    events = rng.random((STEPS, N_PRE)) < 0.2
+    with jax.default_device(jax.devices("gpu")[0]), x64():
+        got = jax_run(lambda ring, ev, t: xlakern.csr_delay_deliver(ring, ev, data, cols, indptr, delays, t,
+                                                                     shape=(N_PRE, N_POST)), events)
+    np.testing.assert_allclose(got, numpy_run(rows, cols, data, delays, events, False), rtol=1e-10, atol=1e-10)

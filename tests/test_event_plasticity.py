@@ -1,0 +1,255 @@
+"""Plasticity updates (xlakern.event._plasticity) against a NumPy STDP loop over 100 steps, for
+every layout; in-place aliasing; untouched synapses; errors; deprecated names."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xlakern
+from conftest import x64
+from test_event_jitc import assert_cuda_compiles
+from xlakern.event import EventShapeError
+
+N_PRE, N_POST, STEPS = 40, 30, 100
+A_PRE, A_POST, DECAY, W_MIN, W_MAX = 0.03, 0.025, 0.9, 0.0, 1.0
+
+
+def network(rng, density=0.25):
+    mask = rng.random((N_PRE, N_POST)) < density
+    mask[3] = False  # an empty row
+    w = np.where(mask, rng.uniform(0.2, 0.8, (N_PRE, N_POST)), 0.0)
+    return mask, w
+
+
+def spike_trains(rng):
+    return rng.random((STEPS, N_PRE)) < 0.15, rng.random((STEPS, N_POST)) < 0.15
+
+
+def numpy_stdp(mask, w, pre, post, use_pre=True, use_post=True):
+    """Pair-based STDP on the dense matrix: depression on pre spikes, potentiation on post spikes."""
+    w = w.copy()
+    x_pre, x_post = np.zeros(N_PRE), np.zeros(N_POST)
+    for t in range(STEPS):
+        x_pre = x_pre * DECAY + pre[t]
+        x_post = x_post * DECAY + post[t]
+        if use_pre:
+            rows = pre[t][:, None] & mask
+            w = np.where(rows, np.clip(w - A_PRE * x_post[None, :], W_MIN, W_MAX), w)
+        if use_post:
+            cols = post[t][None, :] & mask
+            w = np.where(cols, np.clip(w + A_POST * x_pre[:, None], W_MIN, W_MAX), w)
+    return w
+
+
+def run_loop(on_pre, on_post, w0, pre, post):
+    """The same loop in jax: one jitted scan, the weights carried (and updated in place)."""
+    @jax.jit
+    def loop(w, pre, post):
+        def step(carry, s):
+            w, x_pre, x_post = carry
+            sp, so = s
+            x_pre = x_pre * DECAY + sp
+            x_post = x_post * DECAY + so
+            if on_pre is not None:
+                w = on_pre(w, sp, -A_PRE * x_post)
+            if on_post is not None:
+                w = on_post(w, A_POST * x_pre, so)
+            return (w, x_pre, x_post), None
+        init = (w, jnp.zeros(N_PRE, w.dtype), jnp.zeros(N_POST, w.dtype))
+        return jax.lax.scan(step, init, (pre, post))[0][0]
+    return np.asarray(loop(w0, jnp.asarray(pre), jnp.asarray(post)))
+
+
+def csr_of(mask, w):
+    rows, cols = np.nonzero(mask)
+    indptr = np.concatenate([[0], np.cumsum(mask.sum(1))]).astype(np.int32)
+    perm = np.argsort(cols, kind="stable").astype(np.int32)  # CSC view of the CSR synapses
+    csc_indptr = np.concatenate([[0], np.cumsum(mask.sum(0))]).astype(np.int32)
+    return w[rows, cols], cols.astype(np.int32), indptr, rows[perm].astype(np.int32), csc_indptr, perm
+
+
+def to_dense(mask, data):
+    out = np.zeros(mask.shape)
+    out[mask] = data
+    return out
+
+
+@pytest.mark.parametrize("backend", [None, "jnp"])
+def test_csr_stdp_matches_numpy(backend, rng):
+    mask, w = network(rng)
+    pre, post = spike_trains(rng)
+    with x64():
+        data, indices, indptr, csc_idx, csc_ptr, perm = csr_of(mask, w)
+        kw = dict(w_min=W_MIN, w_max=W_MAX, shape=(N_PRE, N_POST), backend=backend)
+        got = run_loop(lambda w, s, tr: xlakern.update_csr_on_binary_pre(w, indices, indptr, s, tr, **kw),
+                       lambda w, tr, s: xlakern.update_csr_on_binary_post(w, csc_idx, csc_ptr, perm, tr, s, **kw),
+                       jnp.asarray(data), pre, post)
+        want = numpy_stdp(mask, w, pre, post)
+        np.testing.assert_allclose(to_dense(mask, got), want, rtol=1e-12, atol=1e-12)
+        assert (want != w).any() and (want == W_MIN).any()  # the rule moved weights and clipped some
+
+
+@pytest.mark.parametrize("backend", [None, "jnp"])
+def test_csc_stdp_matches_numpy(backend, rng):
+    mask, w = network(rng)
+    pre, post = spike_trains(rng)
+    with x64():
+        # CSC storage = CSR of the transpose
+        data_t, indices_t, indptr_t, *_ = csr_of(mask.T, w.T)
+        kw = dict(w_min=W_MIN, w_max=W_MAX, shape=(N_PRE, N_POST), backend=backend)
+        got = run_loop(lambda w, s, tr: xlakern.update_csc_on_binary_pre(w, indices_t, indptr_t, s, tr, **kw),
+                       lambda w, tr, s: xlakern.update_csc_on_binary_post(w, indices_t, indptr_t, tr, s, **kw),
+                       jnp.asarray(data_t), pre, post)
+        want = numpy_stdp(mask, w, pre, post)
+        np.testing.assert_allclose(to_dense(mask.T, got).T, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", [None, "jnp"])
+def test_dense_stdp_matches_numpy(backend, rng):
+    mask = np.ones((N_PRE, N_POST), bool)
+    w = rng.uniform(0.2, 0.8, (N_PRE, N_POST))
+    pre, post = spike_trains(rng)
+    with x64():
+        kw = dict(w_min=W_MIN, w_max=W_MAX, backend=backend)
+        got = run_loop(lambda w, s, tr: xlakern.update_dense_on_binary_pre(w, s, tr, **kw),
+                       lambda w, tr, s: xlakern.update_dense_on_binary_post(w, tr, s, **kw),
+                       jnp.asarray(w), pre, post)
+        np.testing.assert_allclose(got, numpy_stdp(mask, w, pre, post), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", [None, "jnp"])
+def test_fixed_count_stdp_matches_numpy(backend, rng):
+    k = 7
+    pre, post = spike_trains(rng)
+    with x64():
+        # fixed post count: each pre neuron has K distinct targets
+        idx = np.stack([rng.choice(N_POST, k, replace=False) for _ in range(N_PRE)]).astype(np.int32)
+        mask = np.zeros((N_PRE, N_POST), bool)
+        mask[np.arange(N_PRE)[:, None], idx] = True
+        w = np.where(mask, rng.uniform(0.2, 0.8, mask.shape), 0.0)
+        data = w[np.arange(N_PRE)[:, None], idx]
+        got = run_loop(lambda w, s, tr: xlakern.update_fixed_post_conn_on_binary_pre(
+            w, idx, s, tr, W_MIN, W_MAX, shape=(N_PRE, N_POST), backend=backend), None, jnp.asarray(data), pre, post)
+        want = numpy_stdp(mask, w, pre, post, use_post=False)
+        np.testing.assert_allclose(got, want[np.arange(N_PRE)[:, None], idx], rtol=1e-12, atol=1e-12)
+        # fixed pre count: each post neuron has K distinct sources
+        idx = np.stack([rng.choice(N_PRE, k, replace=False) for _ in range(N_POST)]).astype(np.int32)
+        mask = np.zeros((N_PRE, N_POST), bool)
+        mask[idx, np.arange(N_POST)[:, None]] = True
+        w = np.where(mask, rng.uniform(0.2, 0.8, mask.shape), 0.0)
+        data = w[idx, np.arange(N_POST)[:, None]]
+        got = run_loop(None, lambda w, tr, s: xlakern.update_fixed_pre_conn_on_binary_post(
+            w, idx, tr, s, W_MIN, W_MAX, shape=(N_PRE, N_POST), backend=backend), jnp.asarray(data), pre, post)
+        want = numpy_stdp(mask, w, pre, post, use_pre=False)
+        np.testing.assert_allclose(got, want[idx, np.arange(N_POST)[:, None]], rtol=1e-12, atol=1e-12)
+
+
+def test_only_active_rows_are_touched_and_unbounded_by_default(rng):
+    mask, w = network(rng)
+    data, indices, indptr, *_ = csr_of(mask, w)
+    data = data.astype(np.float32)
+    data[0] = 5.0  # outside any later bound: stays unless its row spikes
+    spikes = np.zeros(N_PRE, bool)
+    spikes[rng.choice(np.arange(1, N_PRE), 5, replace=False)] = True
+    trace = rng.standard_normal(N_POST).astype(np.float32)
+    out = np.asarray(xlakern.update_csr_on_binary_pre(data, indices, indptr, spikes, trace, shape=(N_PRE, N_POST)))
+    rows = np.repeat(np.arange(N_PRE), np.diff(indptr))
+    touched = spikes[rows]
+    np.testing.assert_array_equal(out[~touched], data[~touched])
+    np.testing.assert_allclose(out[touched], data[touched] + trace[indices[touched]], rtol=1e-6)
+    assert out[0] == 5.0
+
+
+def test_updates_alias_the_weight_buffer(rng):
+    mask, w = network(rng)
+    data, indices, indptr, *_ = csr_of(mask, w)
+    f = jax.jit(lambda w, s, tr: xlakern.update_csr_on_binary_pre(w, indices, indptr, s, tr, 0.0, 1.0,
+                                                                  shape=(N_PRE, N_POST)), donate_argnums=0)
+    hlo = f.lower(jnp.asarray(data, jnp.float32), np.ones(N_PRE, bool), np.ones(N_POST, np.float32)).as_text()
+    assert "output_operand_alias" in hlo or "input_output_alias" in hlo
+    w0 = jnp.asarray(data, jnp.float32)
+    ptr = w0.unsafe_buffer_pointer()
+    w1 = f(w0, np.ones(N_PRE, bool), np.full(N_POST, 0.01, np.float32))
+    assert w1.unsafe_buffer_pointer() == ptr  # updated where it lay: no copy of the weights
+    np.testing.assert_allclose(np.asarray(w1), np.clip(data + 0.01, 0, 1), rtol=1e-6)
+
+
+def test_units_and_errors(rng):
+    mask, w = network(rng)
+    data, indices, indptr, *_ = csr_of(mask, w)
+    with pytest.raises(EventShapeError, match="one weight per synapse"):
+        xlakern.update_csr_on_binary_pre(np.ones(1, np.float32), indices, indptr, np.ones(N_PRE, bool),
+                                         np.ones(N_POST, np.float32), shape=(N_PRE, N_POST))
+    with pytest.raises(EventShapeError, match="trace"):
+        xlakern.update_csr_on_binary_pre(data, indices, indptr, np.ones(N_PRE, bool), np.ones(N_POST + 1),
+                                         shape=(N_PRE, N_POST))
+    with pytest.raises(EventShapeError, match="spikes"):
+        xlakern.update_dense_on_binary_pre(w, np.ones(N_PRE + 1, bool), np.ones(N_POST))
+    bu = pytest.importorskip("brainunit")
+    out = xlakern.update_dense_on_binary_pre(w * bu.mS, np.ones(N_PRE, bool), np.full(N_POST, 100.0) * bu.uS,
+                                             w_max=0.5 * bu.mS)
+    np.testing.assert_allclose(out.to(bu.mS).mantissa, np.minimum(w + 0.1, 0.5), rtol=1e-6)
+
+
+def test_deprecated_names():
+    with pytest.warns(DeprecationWarning):
+        assert xlakern.csr_on_pre is xlakern.update_csr_on_binary_pre
+    with pytest.warns(DeprecationWarning):
+        assert xlakern.csr2csc_on_post is xlakern.update_csr_on_binary_post
+    with pytest.warns(DeprecationWarning):
+        assert xlakern.dense_on_pre is xlakern.update_dense_on_binary_pre
+    with pytest.warns(DeprecationWarning):
+        assert xlakern.dense_on_post is xlakern.update_dense_on_binary_post
+
+
+def test_plasticity_cuda_kernel_compiles():
+    assert_cuda_compiles("plasticity_cuda.cu", {"plastic_update"})
+
+
+@pytest.mark.gpu
+def test_gpu_stdp_matches_cpu():
+    gpu = jax.devices("gpu")[0]
+    rng = np.random.default_rng()
+    mask, w = network(rng)
+    pre, post = spike_trains(rng)
+    data, indices, indptr, csc_idx, csc_ptr, perm = csr_of(mask, w)
+    data = data.astype(np.float32)
+    kw = dict(w_min=W_MIN, w_max=W_MAX, shape=(N_PRE, N_POST))
+    on_pre = lambda w, s, tr: xlakern.update_csr_on_binary_pre(w, indices, indptr, s, tr, **kw)
+    on_post = lambda w, tr, s: xlakern.update_csr_on_binary_post(w, csc_idx, csc_ptr, perm, tr, s, **kw)
+    with jax.default_device(gpu):
+        got = run_loop(on_pre, on_post, jnp.asarray(data), pre, post)
+    want = numpy_stdp(mask, w.astype(np.float32).astype(np.float64), pre, post)
+    np.testing.assert_allclose(to_dense(mask, got), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", [None, "jnp"])
+def test_grad_wrt_weights_trace_and_bounds(backend, rng):
+    """Reverse mode through the update equals jax.grad of the same rule written in jnp."""
+    w = rng.uniform(0.0, 1.0, (N_PRE, N_POST))
+    spikes = rng.random(N_PRE) < 0.4
+    trace = rng.uniform(-0.3, 0.3, N_POST)
+    c = rng.standard_normal((N_PRE, N_POST))
+    with x64():
+        def ours(w, tr, lo, hi):
+            return jnp.sum(c * xlakern.update_dense_on_binary_pre(w, spikes, tr, lo, hi, backend=backend))
+
+        def ref(w, tr, lo, hi):
+            new = jnp.minimum(jnp.maximum(w + tr[None, :], lo), hi)
+            return jnp.sum(c * jnp.where(spikes[:, None], new, w))
+
+        args = (jnp.asarray(w), jnp.asarray(trace), jnp.float64(0.1), jnp.float64(0.9))
+        got = jax.grad(ours, argnums=(0, 1, 2, 3))(*args)
+        want = jax.grad(ref, argnums=(0, 1, 2, 3))(*args)
+        for g, r in zip(got, want):
+            np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+        assert np.abs(want[2]) > 0 and np.abs(want[3]) > 0  # some synapses hit each bound
+        data, indices, indptr, *_ = csr_of(np.ones((N_PRE, N_POST), bool), w)
+        g_csr = jax.grad(lambda d, tr: jnp.sum(c.reshape(-1) * xlakern.update_csr_on_binary_pre(
+            d, indices, indptr, spikes, tr, 0.1, 0.9, shape=(N_PRE, N_POST), backend=backend)), argnums=(0, 1))(
+            jnp.asarray(data), jnp.asarray(trace))
+        np.testing.assert_allclose(g_csr[0].reshape(N_PRE, N_POST), want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g_csr[1], want[1], rtol=1e-12, atol=1e-12)
