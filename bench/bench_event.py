@@ -68,17 +68,19 @@ def spike_trains(n: int, rate: float, seed: int = 1):
 UNROLL = 1  # set by --unroll
 
 
-def scan_loop(step_fn: Callable, n_out: int) -> Callable:
-    """jit of a 100-step scan whose carry is each step's output."""
+def scan_loop(step: tuple[Callable, Any], n_out: int) -> Callable:
+    """jit of a 100-step scan whose carry is each step's output. ``step`` is (fn(s, M), M): the
+    connectivity M is an argument of the jitted loop, never a constant baked into the program."""
+    step_fn, operand = step
 
     @jax.jit
-    def run(S):
+    def run(S, M):
         def body(c, s):
-            return step_fn(s).astype(jnp.float32), None
+            return step_fn(s, M).astype(jnp.float32), None
         out, _ = jax.lax.scan(body, jnp.zeros((n_out,), jnp.float32), S, unroll=UNROLL)
         return out
 
-    return run
+    return lambda S: run(S, operand)
 
 
 def copy_bandwidth(device) -> float:
@@ -102,19 +104,21 @@ def per_step_cell(make: Callable[[], Callable], S, runs: int, budget: float):
 def xlakern_steps(w, idx, ptr, n):
     W = xlakern.CSR((jnp.asarray(w.reshape(-1)), jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr)), shape=(n, n))
     F = xlakern.FixedNumPerPre((jnp.asarray(w), jnp.asarray(idx)), shape=(n, n))
-    steps = {"s @ CSR": lambda s: xlakern.BinaryArray(s) @ W,
-             "CSR @ s": lambda s: W @ xlakern.BinaryArray(s),
-             "s @ FCN": lambda s: xlakern.BinaryArray(s) @ F}
+    steps = {"s @ CSR": (lambda s, M: xlakern.BinaryArray(s) @ M, W),
+             "CSR @ s": (lambda s, M: M @ xlakern.BinaryArray(s), W),
+             "s @ FCN": (lambda s, M: xlakern.BinaryArray(s) @ M, F)}
     return steps, W
 
 
 def brainevent_steps(w, idx, ptr, n):
+    # BrainEvent's layouts cannot be jit arguments (their pytree metadata holds arrays), so its
+    # functional operators (what its `@` calls) take the raw arrays.
     be = brainevent
-    W = be.CSR((jnp.asarray(w.reshape(-1)), jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr)), shape=(n, n))
-    F = be.FixedNumPerPre((jnp.asarray(w), jnp.asarray(idx)), shape=(n, n))
-    return {"s @ CSR": lambda s: be.BinaryArray(s) @ W,
-            "CSR @ s": lambda s: W @ be.BinaryArray(s),
-            "s @ FCN": lambda s: be.BinaryArray(s) @ F}
+    csr = (jnp.asarray(w.reshape(-1)), jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr))
+    fcn = (jnp.asarray(w), jnp.asarray(idx))
+    return {"s @ CSR": (lambda s, M: be.binary_csrmv(*M, s, shape=(n, n), transpose=True), csr),
+            "CSR @ s": (lambda s, M: be.binary_csrmv(*M, s, shape=(n, n), transpose=False), csr),
+            "s @ FCN": (lambda s, M: be.binary_fcnmv(*M, s, shape=(n, n), transpose=True), fcn)}
 
 
 def dense_matrix(w, idx, n):
@@ -131,7 +135,7 @@ def bcsr_step(w, idx, ptr, n):
     tptr = np.zeros(n + 1, np.int32)
     np.cumsum(np.bincount(idx.reshape(-1), minlength=n), out=tptr[1:])
     MT = sparse.BCSR((jnp.asarray(w.reshape(-1)[order]), jnp.asarray(cols), jnp.asarray(tptr)), shape=(n, n))
-    return lambda s: MT @ s.astype(jnp.float32)
+    return (lambda s, M: M @ s.astype(jnp.float32)), MT
 
 
 def cusparse_cell(w, idx, ptr, n, S, runs):
@@ -191,9 +195,9 @@ def section(platform: str, args) -> list[Table]:
                 be_steps, be_err = None, err_cell(e)
             dense = dense_matrix(w, idx, n) if n <= DENSE_MAX else None
             if dense is not None:
-                xk_steps["s @ dense"] = lambda s, D=dense: xlakern.BinaryArray(s) @ D
+                xk_steps["s @ dense"] = (lambda s, D: xlakern.BinaryArray(s) @ D, dense)
                 if be_steps is not None:
-                    be_steps["s @ dense"] = lambda s, D=dense: brainevent.BinaryArray(s) @ D
+                    be_steps["s @ dense"] = (lambda s, D: brainevent.binary_densemv(D, s, transpose=True), dense)
             for rate in RATES:
                 S = spike_trains(n, rate)
                 log(f"{platform} N={n} rate={rate}")

@@ -5,6 +5,7 @@
 #   bash tools/gpu_session.sh multi    # the multi-GPU network bench and tests
 # Wheels in .whl/ (BrainEvent 0.3.0, brainstate and their pure-Python needs) go on PYTHONPATH.
 set -uo pipefail
+BENCH_ARGS=${BENCH_ARGS:-}
 export PYTHONUNBUFFERED=1 XLAKERN_QUIET=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -20,7 +21,7 @@ case "${1:-tests}" in
       2>&1 | tee "$OUT/pytest.log" | tail -40 ;;
   bench)
     for b in ${2:-bench_zeroed bench_event bench_build}; do
-      echo "== $b"; timeout 300 python3 bench/$b.py > "$OUT/$b.md" 2> "$OUT/$b.err"; tail -60 "$OUT/$b.md"
+      echo "== $b"; timeout ${BENCH_TIMEOUT:-300} python3 bench/$b.py $BENCH_ARGS > "$OUT/$b.md" 2> "$OUT/$b.err"; tail -60 "$OUT/$b.md"
     done ;;
   network)
     python3 bench/bench_network.py ${2:-} --json "$OUT/network.json" --plot "$OUT/rtf_vs_n.png" \
