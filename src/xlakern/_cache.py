@@ -120,13 +120,15 @@ class Entry:
         self.dir = root / name
         self.published = self.dir / key[:KEY_CHARS]
         self.lock_path = self.dir / f".{key[:KEY_CHARS]}.lock"
+        self.meta: dict = {}
 
     @property
     def library(self) -> Path:
         return self.published / f"lib{self.name}.so"
 
-    def valid_library(self) -> Path | None:
-        """The published library if it is complete and matches its recorded hash."""
+    def valid_library(self, accept: Callable[[dict], bool] | None = None) -> Path | None:
+        """The published library if it is complete, matches its recorded hash and ``accept(meta)``
+        (e.g. its headers are unchanged). Its metadata is then in ``self.meta``."""
         try:
             meta = json.loads((self.published / META_FILE).read_text())
             lib = self.library
@@ -134,8 +136,11 @@ class Entry:
                 return None
             if file_sha256(lib) != meta.get("sha256"):
                 return None
+            if accept is not None and not accept(meta):
+                return None
+            self.meta = meta
             return lib
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, TypeError):
             return None
 
     def _sweep_temp_dirs(self) -> None:
@@ -147,12 +152,14 @@ class Entry:
                 if p.name.startswith(prefix):
                     shutil.rmtree(p, ignore_errors=True)
 
-    def build(self, builder: Callable[[Path], Path], meta: dict, *, force: bool = False) -> tuple[Path, bool]:
+    def build(self, builder: Callable[[Path], Path], meta: dict | Callable[[], dict], *, force: bool = False,
+              accept: Callable[[dict], bool] | None = None) -> tuple[Path, bool]:
         """Return the library, building it with ``builder(temp_dir) -> lib`` if needed
         (always, with ``force``). Returns (library path, whether this call built it).
+        ``meta`` (or what it returns once the builder ran) is recorded with the build.
         """
         with file_lock(self.lock_path):
-            lib = None if force else self.valid_library()
+            lib = None if force else self.valid_library(accept)
             if lib is not None:
                 return lib, False  # another process published it while we waited
             self._sweep_temp_dirs()
@@ -164,7 +171,7 @@ class Entry:
                 if built.name != final_name:
                     os.replace(built, tmp / final_name)
                 lib_tmp = tmp / final_name
-                record = dict(meta, key=self.key, sha256=file_sha256(lib_tmp), size=lib_tmp.stat().st_size)
+                self.meta = record = dict(meta() if callable(meta) else meta, key=self.key, sha256=file_sha256(lib_tmp), size=lib_tmp.stat().st_size)
                 atomic_write_text(tmp / META_FILE, json.dumps(record, indent=1, sort_keys=True))
                 if self.published.exists():
                     # A corrupt earlier build: move it aside, then publish.

@@ -62,12 +62,12 @@ def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bo
                 call_args.append("reinterpret_cast<int64_t>(xk_stream)")
     target = f"{module}.{entry.name}"
     if platform == "cuda":
-        body = f"{entry.name}({', '.join(call_args)});"
+        body = f"{entry.qualified_name}({', '.join(call_args)});"
     else:
         body = (
             "::xk::detail::FfiThreadPool pool(xk_pool);\n"
             "    ::xk::detail::ThreadPoolScope scope(pool.ref());\n"
-            f"    {entry.name}({', '.join(call_args)});"
+            f"    {entry.qualified_name}({', '.join(call_args)});"
         )
     traits = ", {ffi::Traits::kCmdBufferCompatible}" if (platform == "cuda" and allow_cuda_graph) else ""
     sep = "\n        "
@@ -85,7 +85,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL({handler_symbol(entry.name)}, xk_impl_{entry.name}
 
 def _declaration(entry: EntryPoint) -> str:
     linkage = 'extern "C" ' if entry.c_linkage else ""
-    return f"{linkage}void {entry.name}({', '.join(p.cpp_type for p in entry.params)});"
+    decl = f"{linkage}void {entry.name}({', '.join(p.cpp_type for p in entry.params)});"
+    # Declared inside its namespaces, so the mangled name matches the user's definition.
+    return "".join(f"namespace {n} {{ " for n in entry.namespace) + decl + " }" * len(entry.namespace)
 
 
 def generate_glue(module: str, entries: Sequence[EntryPoint], platform: str, *, allow_cuda_graph: bool) -> str:
