@@ -34,6 +34,7 @@ bench: install
 	$(PY) bench/bench_foundation.py
 	$(PY) bench/bench_numba.py
 	$(PY) bench/bench_primitive.py
+	$(PY) bench/bench_build.py
 
 clean:
 	rm -rf build $(VENV)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import functools
 import hashlib
 import json
@@ -31,6 +32,7 @@ import re
 import secrets
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -158,19 +160,29 @@ def _digest_memo() -> dict[str, list]:
     return _digests
 
 
+# File times tick coarsely (a few ms; seconds on some file systems): a file hashed within this
+# margin of its mtime could change again without its (mtime, size) changing, so it is re-hashed
+# until it is older (git's "racily clean" rule).
+_RACY_NS = 2_000_000_000
+
+
 def _file_digest(path: str) -> str:
     global _digests_dirty
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):  # /dev/stdin, a FIFO: reading could block, and nothing is cached
+        raise OSError(errno.EINVAL, "not a regular file", path)
     with _digest_lock:
         entry = _digest_memo().get(path)
         # An entry of the wrong shape (another version's, hand-edited) is recomputed.
-        if (isinstance(entry, list) and len(entry) == 3 and entry[0] == st.st_mtime_ns
-                and entry[1] == st.st_size and isinstance(entry[2], str)):
+        if (isinstance(entry, list) and len(entry) == 4 and entry[0] == st.st_mtime_ns
+                and entry[1] == st.st_size and isinstance(entry[2], str) and isinstance(entry[3], int)
+                and entry[0] < entry[3] - _RACY_NS):
             return entry[2]
+    hashed_at = time.time_ns()
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     with _digest_lock:
-        _digest_memo()[path] = [st.st_mtime_ns, st.st_size, digest]
+        _digest_memo()[path] = [st.st_mtime_ns, st.st_size, digest, hashed_at]
         _digests_dirty = True
     return digest
 
@@ -572,6 +584,8 @@ class Builder:
             p = os.path.normpath(os.path.join(str(work), d))
             if p.startswith(str(work) + os.sep) or (toolkit and p.startswith(toolkit)):
                 continue  # generated files, and the CUDA toolkit (covered by nvcc's version)
+            if not os.path.isfile(p):
+                continue  # '#include "/dev/stdin"' and other non-files: nothing to track
             headers.append(p)
         return _digests_of(headers)
 

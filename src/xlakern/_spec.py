@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .errors import SpecError
+from .errors import SpecError, XlakernError
 
 # attr type -> (C++ type the handler decodes, numpy dtype name of the value passed to XLA)
 ATTR_TYPES: dict[str, tuple[str, str]] = {
@@ -81,7 +81,8 @@ class Source:
         try:
             data = Path(path).read_bytes()
         except OSError as e:
-            raise SpecError(f"cannot read source file {path}: {e.strerror or e}") from None
+            raise XlakernError(f"cannot read source file {path}: {e.strerror or e}; check it exists and "
+                               f"is readable") from None
         return cls(str(path), data.decode("utf-8", errors="replace"), Path(path), data)
 
 
