@@ -640,3 +640,14 @@ def test_cuda_dir_rebuilds_one_object_and_runs(tmp_path, rng):
     y = jax.jit(lambda v: mod2.k3(v, outs=SDS(v.shape, v.dtype)))(x)
     np.testing.assert_allclose(np.asarray(y), -0.5 * np.asarray(x), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(mod2.k0(x, outs=SDS(x.shape, x.dtype))), 2 * np.asarray(x), rtol=1e-6)
+
+
+def test_unusable_cache_dir_is_a_compilation_error_naming_it(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    xlakern.set_cache_dir(blocker / "cache")
+    try:
+        with pytest.raises(xlakern.CompilationError, match="a-file.*writable"):
+            xlakern.load_cpp_inline(unique_name("nocache"), scale_kernel("f", "2.0f"))
+    finally:
+        xlakern.set_cache_dir(None)

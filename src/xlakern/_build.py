@@ -473,6 +473,13 @@ class _Runner:
         return [(st, *f.result()) for st, f in zip(steps, futures)]
 
 
+def os_error(name: str, e: OSError, root: Path) -> CompilationError:
+    """A build's raw OS error (a full disk, an unwritable cache) as a CompilationError saying what."""
+    where = f" ({e.filename})" if e.filename else ""
+    return CompilationError(f"building module '{name}' failed: {e.strerror or e}{where}. Check that the cache "
+                            f"directory ({root}) is writable and has space")
+
+
 def _hint(output: str) -> str:
     if "undefined reference to" in output or "undefined symbol" in output:
         return (
@@ -592,11 +599,8 @@ class Builder:
     def __call__(self, work: Path) -> Path:
         try:
             return self._build(work)
-        except OSError as e:  # e.g. a full disk or an unwritable cache, mid-build
-            raise CompilationError(
-                f"building module '{self.name}' failed: {e.strerror or e}"
-                f"{f' ({e.filename})' if e.filename else ''}. Check the cache directory "
-                f"({_cache.cache_root()}) is writable and has space") from None
+        except OSError as e:
+            raise os_error(self.name, e, work.parent.parent) from None
 
     def _build(self, work: Path) -> Path:
         steps = self._compile_steps(work)

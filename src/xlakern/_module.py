@@ -392,10 +392,13 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
             builder = _build.Builder(name, sources, entries, options, host, cuda, verbose,
                                      store=_build.ObjectStore(root), reuse_objects=not force_rebuild)
             with _build.Progress(f"compiling {name} ({kind})", quiet):
-                lib, _ = slot.build(builder, lambda: {"name": name, "platform": platform,
-                                                      "functions": {e.name: e.spec for e in entries},
-                                                      "headers": builder.headers},
-                                    force=force_rebuild, accept=headers_unchanged)
+                try:
+                    lib, _ = slot.build(builder, lambda: {"name": name, "platform": platform,
+                                                          "functions": {e.name: e.spec for e in entries},
+                                                          "headers": builder.headers},
+                                        force=force_rebuild, accept=headers_unchanged)
+                except OSError as e:  # the cache entry itself: lock, temp dir, publishing
+                    raise _build.os_error(name, e, root) from None
         headers = dict(slot.meta.get("headers") or {})
         key = _build.full_key(base_key, headers)
         _register(name, key, lib, platform, entries)
