@@ -443,7 +443,9 @@ def test_ctrl_c_stops_the_compilers_and_leaves_no_build(tmp_path):
         """)
     cache, name = tmp_path / "cache", unique_name("sigint")
     child = textwrap.dedent("""
-        import os, xlakern
+        import os, signal, xlakern
+        # As in an interactive session: a background parent (make ... &) hands SIGINT down ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         xlakern.load_cpp_inline(os.environ["NAME"], os.environ["SRC"])
     """)
     proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
