@@ -41,6 +41,7 @@ bench: install
 	$(PY) bench/bench_primitive.py
 	$(PY) bench/bench_zeroed.py
 	$(PY) bench/bench_event.py
+	$(PY) bench/bench_build.py
 
 # Docs and wheel checks (CI runs them after `make test`); their tools are in requirements-ci.txt.
 $(CI_STAMP): requirements-ci.txt $(DEPS_STAMP)

@@ -20,7 +20,7 @@ import xlakern
 from conftest import unique_name
 
 LOADERS = [xlakern.load_cpp_inline, xlakern.load_cpp_file, xlakern.load_cuda_inline, xlakern.load_cuda_file,
-           xlakern.load_cuda_dir]
+           xlakern.load_cuda_dir, xlakern.load_cpp_dir]
 CPP_OPTIONS = ["optimization_level", "extra_cflags", "extra_ldflags", "extra_include_paths", "build_directory",
                "force_rebuild", "verbose", "quiet"]
 CUDA_OPTIONS = CPP_OPTIONS + ["use_fast_math", "extra_cuda_cflags", "compute_capability", "allow_cuda_graph"]
@@ -65,6 +65,7 @@ def _help_text(obj) -> str:
     (xlakern.load_cuda_inline, ("m", "x"), "use_fastmath", "use_fast_math"),
     (xlakern.load_cuda_file, ("k.cu",), "computecapability", "compute_capability"),
     (xlakern.load_cuda_dir, (".",), "file_pattern", "file_patterns"),
+    (xlakern.load_cpp_dir, (".",), "file_pattern", "file_patterns"),
 ])
 def test_misspelt_option_names_the_public_function_and_the_closest_option(loader, args, typo, meant):
     with pytest.raises(xlakern.OptionError) as err:

@@ -246,7 +246,7 @@ def test_cache_owned_by_another_user_is_refused(private_cache, monkeypatch):
 def test_published_build_with_a_writable_component_is_not_loaded(private_cache, component):
     name = unique_name("planted")
     mod = xlakern.load_cpp_inline(name, SCALE)
-    slot = _cache.Entry(private_cache, name, mod.key)
+    slot = _cache.Entry(private_cache, name, mod.base_key)  # the cache entry is keyed by the base key
     assert slot.valid_library() == slot.library
     path = {"key dir": slot.published, "meta.json": slot.published / "meta.json", "library": slot.library}[component]
     os.chmod(path, 0o777 if path.is_dir() else 0o666)
@@ -267,7 +267,7 @@ def test_published_build_with_a_writable_component_is_not_loaded(private_cache, 
 def test_library_symlinked_into_the_cache_is_not_followed(private_cache, tmp_path):
     name = unique_name("linked")
     mod = xlakern.load_cpp_inline(name, SCALE)
-    slot = _cache.Entry(private_cache, name, mod.key)
+    slot = _cache.Entry(private_cache, name, mod.base_key)  # the cache entry is keyed by the base key
     real = tmp_path / "elsewhere.so"
     shutil.copy(slot.library, real)
     os.chmod(real, 0o600)
@@ -435,7 +435,7 @@ def test_lookup_files_of_the_wrong_shape_are_rebuilt(tmp_path, shape, rng):
     versions = json.loads((root / "toolchain-versions.json").read_text())
     assert versions and all(isinstance(v, dict) and isinstance(v["version"], str) for v in versions.values())
     digests = json.loads((root / "file-digests.json").read_text())
-    assert digests and all(isinstance(v, list) and len(v) == 3 for v in digests.values())
+    assert digests and all(isinstance(v, list) and len(v) == 4 for v in digests.values())  # mtime, size, sha, hashed at
 
 
 # -- 13. attribute names colliding with call keywords -----------------------------------------------

@@ -1,36 +1,55 @@
-"""From sources to a cached shared library: cache key, compile, link.
+"""From sources to a cached shared library: keys, an object store and a parallel compiler driver.
 
-The cache key is a SHA-256 over everything that can change the library: the
-sources, every header they reach under our include dir and the user's include
-paths, the entry points' arg_specs, all flags, the GPU arch, the compilers'
-versions, xlakern's version and jaxlib's FFI headers.
+Two levels of content addressing:
+
+* A module's **base key** is a SHA-256 over its sources' bytes, entry points, flags, GPU arch,
+  the real compilers and their versions, xlakern's version, its own headers and jaxlib's FFI
+  headers. It names the module's cache entry (see ``_cache.Entry``). The headers the compiler
+  actually read, from its ``-MMD`` depfiles, are recorded in the entry with their digests; a
+  load whose headers changed rebuilds, and the module's full key covers them too. Checking
+  them on a hit only stats files (digests are remembered by (path, mtime, size)).
+* Each **object** is kept in ``<root>/.objects/`` under a key over its compile command, source
+  bytes and compiler versions, with a manifest of the headers it read. Editing one file of a
+  module therefore recompiles one object; the others, and the generated handlers, are reused
+  across module keys.
+
+Compilers run with stdin closed, at most ``$XLAKERN_MAX_JOBS`` (or ``$MAX_JOBS``) at a time,
+each in its own process group so a timeout (``$XLAKERN_BUILD_TIMEOUT``) or Ctrl-C kills it
+and everything it started. Their warnings go to the ``xlakern`` logger.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import errno
 import functools
 import hashlib
 import json
+import logging
 import os
 import re
+import secrets
 import shlex
+import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from . import _cache, _codegen, _toolchain
 from ._spec import EntryPoint, Source
 from ._version import __version__
 from .errors import CompilationError, ToolchainError
 
-CACHE_FORMAT = 2  # 2: kernel libraries link the process's libstdc++
+CACHE_FORMAT = 3  # 3: headers come from depfiles and are checked on every load
+OBJECTS_DIR = ".objects"
+DEFAULT_TIMEOUT_S = 600.0
 
-_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
+log = logging.getLogger("xlakern")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +65,82 @@ class BuildOptions:
     allow_cuda_graph: bool = True
 
 
-# -- header scanning ----------------------------------------------------------
+# -- settings from the environment --------------------------------------------
+
+
+def _positive_env(names: Sequence[str], kind: type, what: str) -> tuple[str, float] | None:
+    for var in names:
+        text = os.environ.get(var, "").strip()
+        if not text:
+            continue
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise ToolchainError(f"{var}={text!r} is not valid: set it to {what}, or unset it")
+        return var, value
+    return None
+
+
+def max_jobs() -> int:
+    """How many compilers may run at once: ``$XLAKERN_MAX_JOBS``, ``$MAX_JOBS``, else the CPUs."""
+    found = _positive_env(("XLAKERN_MAX_JOBS", "MAX_JOBS"), int, "a whole number of parallel compiles, e.g. 4")
+    if found:
+        return int(found[1])
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def build_timeout() -> float:
+    """Seconds one compiler command may run: ``$XLAKERN_BUILD_TIMEOUT`` (default 600)."""
+    found = _positive_env(("XLAKERN_BUILD_TIMEOUT",), float, "a number of seconds, e.g. 600")
+    return float(found[1]) if found else DEFAULT_TIMEOUT_S
+
+
+_PATH_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-L", "--include-path",
+               "--library-path")
+
+
+def absolute_path_flags(flags: Sequence[str], cwd: str | None = None) -> tuple[str, ...]:
+    """``flags`` with the paths of include/library options made absolute against ``cwd``
+    (the caller's working directory): compilers run elsewhere, and the cache key must name
+    the directory actually meant."""
+    cwd = cwd or os.getcwd()
+
+    def absolute(path: str) -> str:
+        path = os.path.expanduser(path)
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(cwd, path))
+
+    out: list[str] = []
+    takes_next = False
+    for flag in flags:
+        if takes_next:
+            out.append(absolute(flag))
+            takes_next = False
+            continue
+        for opt in _PATH_FLAGS:
+            if flag == opt:
+                out.append(flag)
+                takes_next = True
+                break
+            if opt.startswith("--") and flag.startswith(opt + "="):
+                out.append(f"{opt}={absolute(flag[len(opt) + 1:])}")
+                break
+            if opt in ("-I", "-L") and flag.startswith(opt) and flag[2:] != "-":
+                out.append(opt + absolute(flag[2:]))
+                break
+        else:
+            out.append(flag)
+    return tuple(out)
+
+
+# -- file digests ---------------------------------------------------------------
 #
-# Header digests are remembered per (path, mtime_ns, size), in memory and in the
-# cache root, so a fresh process hitting the cache only stats its headers. The
-# library itself is always re-hashed before loading (see _cache.Entry).
+# Remembered per (path, mtime_ns, size), in memory and in the cache root, so a fresh
+# process hitting the cache only stats the headers its build recorded.
 
 _DIGESTS_FILE = "file-digests.json"
 _digest_lock = threading.Lock()
@@ -62,21 +152,34 @@ def _digest_memo() -> dict[str, list]:
     global _digests
     if _digests is None:
         _digests = _cache.read_lookup(_cache.cache_root() / _DIGESTS_FILE,
-                                      lambda v: isinstance(v, list) and len(v) == 3 and isinstance(v[2], str))
+                                      lambda v: (isinstance(v, list) and len(v) == 4 and isinstance(v[2], str)
+                                                 and isinstance(v[3], int)))
     return _digests
+
+
+# File times tick coarsely (a few ms; seconds on some file systems): a file hashed within this
+# margin of its mtime could change again without its (mtime, size) changing, so it is re-hashed
+# until it is older (git's "racily clean" rule).
+_RACY_NS = 2_000_000_000
 
 
 def _file_digest(path: str) -> str:
     global _digests_dirty
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):  # /dev/stdin, a FIFO: reading could block, and nothing is cached
+        raise OSError(errno.EINVAL, "not a regular file", path)
     with _digest_lock:
         entry = _digest_memo().get(path)
-        if entry and entry[0] == st.st_mtime_ns and entry[1] == st.st_size:
+        # An entry of the wrong shape (another version's, hand-edited) is recomputed.
+        if (isinstance(entry, list) and len(entry) == 4 and entry[0] == st.st_mtime_ns
+                and entry[1] == st.st_size and isinstance(entry[2], str) and isinstance(entry[3], int)
+                and entry[0] < entry[3] - _RACY_NS):
             return entry[2]
+    hashed_at = time.time_ns()
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     with _digest_lock:
-        _digest_memo()[path] = [st.st_mtime_ns, st.st_size, digest]
+        _digest_memo()[path] = [st.st_mtime_ns, st.st_size, digest, hashed_at]
         _digests_dirty = True
     return digest
 
@@ -94,28 +197,23 @@ def _save_digests() -> None:
         pass  # read-only cache: we only lose the shortcut
 
 
-def reachable_headers(sources: Sequence[Source], include_paths: Sequence[str]) -> dict[str, str]:
-    """{path: sha256} of every header the sources include that lives in ``include_paths``
-    (or, for quoted includes, next to the including file). System headers are covered by
-    the compiler's version instead."""
-    found: dict[str, str] = {}
-    pending: list[tuple[str, str | None]] = [
-        (s.text, os.path.dirname(str(s.path)) if s.path else None) for s in sources]
-    while pending:
-        text, here = pending.pop()
-        for m in _INCLUDE_RE.finditer(text):
-            quoted, name = m.group(1) == '"', m.group(2).strip()
-            dirs = ([here] if quoted and here is not None else []) + list(include_paths)
-            for d in dirs:
-                cand = os.path.normpath(os.path.join(d, name))
-                if cand in found:
-                    break
-                if os.path.isfile(cand):
-                    found[cand] = _file_digest(cand)
-                    with open(cand, errors="replace") as f:
-                        pending.append((f.read(), os.path.dirname(cand)))
-                    break
-    return found
+def headers_unchanged(recorded: object) -> bool:
+    """True when every header in ``recorded`` ({path: sha256}) still has that digest."""
+    if not isinstance(recorded, dict):
+        return False
+    try:
+        return all(isinstance(d, str) and _file_digest(p) == d for p, d in recorded.items())
+    except OSError:
+        return False  # a header vanished: rebuild, and the compiler will say what is missing
+    finally:
+        _save_digests()
+
+
+def _digests_of(paths: Sequence[str]) -> dict[str, str]:
+    try:
+        return {p: _file_digest(p) for p in sorted(set(paths))}
+    finally:
+        _save_digests()
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,34 +229,6 @@ def _our_headers() -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
-def cache_key(
-    name: str,
-    sources: Sequence[Source],
-    entries: Sequence[EntryPoint],
-    options: BuildOptions,
-    host: _toolchain.Tool,
-    cuda: _toolchain.Tool | None,
-) -> str:
-    # xlakern's own headers are all hashed by _our_headers(); scanning covers the user's.
-    material = {
-        "format": CACHE_FORMAT,
-        "xlakern": __version__,
-        "glue_abi": _codegen.GLUE_ABI_VERSION,
-        "name": name,
-        "sources": [[s.label, hashlib.sha256(s.text.encode()).hexdigest()] for s in sources],
-        "headers": sorted(reachable_headers(sources, options.extra_include_paths).items()),
-        "our_headers": _our_headers(),
-        "entries": [[e.name, e.spec] for e in entries],
-        "options": dataclasses.asdict(options),
-        "host": [list(host.command), host.version],
-        "cuda": [list(cuda.command), cuda.version] if cuda else None,
-        "ffi_headers": _ffi_headers_digest(),
-    }
-    _save_digests()
-    blob = json.dumps(material, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()
-
-
 @functools.lru_cache(maxsize=None)
 def _ffi_headers_digest() -> str:
     """Digest of jaxlib's FFI API headers: a new jaxlib means new handlers."""
@@ -167,39 +237,270 @@ def _ffi_headers_digest() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-# -- compiling ----------------------------------------------------------------
+def _sha256(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def cache_key(
+    name: str,
+    sources: Sequence[Source],
+    entries: Sequence[EntryPoint],
+    options: BuildOptions,
+    host: _toolchain.Tool,
+    cuda: _toolchain.Tool | None,
+) -> str:
+    """The module's base key (everything but the headers its build reads; see :func:`full_key`)."""
+    material = {
+        "format": CACHE_FORMAT,
+        "xlakern": __version__,
+        "glue_abi": _codegen.GLUE_ABI_VERSION,
+        "name": name,
+        "sources": [[s.label, _sha256(s.data)] for s in sources],
+        "our_headers": _our_headers(),
+        "entries": [dataclasses.asdict(e) for e in entries],
+        "options": dataclasses.asdict(options),
+        "host": host.identity,
+        "cuda": cuda.identity if cuda else None,
+        "ffi_headers": _ffi_headers_digest(),
+    }
+    _save_digests()
+    return _sha256(json.dumps(material, sort_keys=True, default=str))
+
+
+def full_key(base_key: str, headers: Mapping[str, str]) -> str:
+    """The module's identity: its base key and the digests of the headers its build read."""
+    return _sha256(base_key + json.dumps(sorted(headers.items())))
+
+
+# -- depfiles and the object store ----------------------------------------------
+
+
+def parse_depfile(text: str) -> list[str]:
+    """The prerequisites of a Make-style depfile (``obj.o: src.cc a.h \\`` ...)."""
+    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    deps: list[str] = []
+    for line in text.splitlines():
+        sep = re.search(r":(?=\s|$)", line)
+        if sep is None:
+            continue
+        word, rest = [], line[sep.end():] + " "
+        i = 0
+        while i < len(rest):
+            c = rest[i]
+            if c == "\\" and i + 1 < len(rest) and rest[i + 1] in " #":
+                word.append(rest[i + 1])
+                i += 2
+                continue
+            if c == "$" and rest.startswith("$$", i):
+                word.append("$")
+                i += 2
+                continue
+            if c.isspace():
+                if word:
+                    deps.append("".join(word))
+                    word = []
+            else:
+                word.append(c)
+            i += 1
+    return deps
+
+
+class ObjectStore:
+    """Compiled objects shared by every module of a cache root: ``<root>/.objects/``.
+
+    ``<manifest key>.json`` names the object built last for a (command, source, compilers)
+    and the headers it read; ``<object key>.o`` (object key: manifest key + header digests)
+    holds it. Both are written to a temp file and renamed, so readers never see half a file;
+    two processes compiling one object publish identical bytes.
+    """
+
+    def __init__(self, root: Path):
+        self.dir = root / OBJECTS_DIR
+
+    def lookup(self, manifest_key: str) -> tuple[Path, dict[str, str]] | None:
+        try:
+            manifest = json.loads((self.dir / f"{manifest_key}.json").read_text())
+            obj = self.dir / f"{manifest['object']}.o"
+            headers = manifest["headers"]
+            if re.fullmatch(r"[0-9a-f]{64}", manifest["object"]) and headers_unchanged(headers):
+                # Linked into a library this process runs: only a private regular file of ours.
+                _cache.check_private(os.stat(self.dir), self.dir)
+                _cache.check_private(os.lstat(self.dir / f"{manifest_key}.json"), self.dir / f"{manifest_key}.json")
+                st = os.lstat(obj)
+                if stat.S_ISREG(st.st_mode):
+                    _cache.check_private(st, obj)
+                    return obj, headers
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # absent or damaged: compile again and rewrite it
+        return None
+
+    def publish(self, manifest_key: str, built: Path, headers: dict[str, str]) -> Path:
+        object_key = _sha256(manifest_key + json.dumps(sorted(headers.items())))
+        final = self.dir / f"{object_key}.o"
+        _cache.make_private_dirs(self.dir)  # 0700, like every directory of the cache
+        tmp = self.dir / f".{object_key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _cache.FILE_MODE)
+            with os.fdopen(fd, "wb") as f:
+                f.write(built.read_bytes())
+            os.chmod(tmp, _cache.FILE_MODE)  # 0600 whatever the umask
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _cache.atomic_write_text(self.dir / f"{manifest_key}.json",
+                                 json.dumps({"object": object_key, "headers": headers}, sort_keys=True))
+        return final
+
+
+def clear_objects(root: Path) -> int:
+    """Delete the object store of cache root ``root``; returns how many files went."""
+    store = root / OBJECTS_DIR
+    removed = 0
+    if store.is_dir() and not store.is_symlink():
+        for p in store.iterdir():
+            if p.is_file() and not p.is_symlink() and p.suffix in (".o", ".json", ".tmp"):
+                p.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+# -- running compilers ------------------------------------------------------------
 
 
 @dataclasses.dataclass
 class _Step:
-    what: str  # "compile <label>" or "link"
+    what: str  # "compile <label>", "compile generated handlers" or "link"
     command: list[str]
     label: str
+    output: Path
+    depfile: Path | None = None
+    manifest_key: str | None = None
+    result: Path | None = None  # the object once compiled (or found in the store)
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _run(step: _Step, cwd: Path) -> tuple[_Step, subprocess.CompletedProcess]:
-    try:
-        proc = subprocess.run(step.command, cwd=cwd, capture_output=True, text=True)
-    except OSError as e:
-        raise ToolchainError(f"cannot start {step.command[0]}: {e}") from None
-    return step, proc
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop ``proc`` and everything it started (it leads its own process group)."""
+    for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class _Runner:
+    """Runs compiler commands, ``jobs`` at a time, each with stdin closed, in its own process
+    group and under a timeout. ``stop()`` (on Ctrl-C or a failure) kills every running one."""
+
+    def __init__(self, work: Path, jobs: int, timeout: float, verbose: bool):
+        self.work = work
+        self.jobs = jobs
+        self.timeout = timeout
+        self.verbose = verbose
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            running = list(self._running)
+        for proc in running:
+            _kill_group(proc)
+
+    def _echo(self, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def run(self, step: _Step) -> tuple[int, str]:
+        """(exit status, combined output) of one command; output streams to stderr if verbose."""
+        with self._lock:
+            if self._stopped:
+                raise CompilationError(f"{step.what}: not started, the build was stopped")
+            if self.verbose:
+                self._echo(f"xlakern: {shlex.join(step.command)}\n")
+            try:
+                proc = subprocess.Popen(step.command, cwd=self.work, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as e:
+                raise ToolchainError(f"cannot start {step.command[0]} ({step.what}): {e.strerror or e}. "
+                                     f"Check that the compiler is installed and executable") from None
+            self._running.add(proc)
+        lines: list[str] = []
+
+        def read() -> None:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", errors="replace")
+                lines.append(line)
+                if self.verbose:
+                    self._echo(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            proc.wait(self.timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise CompilationError(
+                f"{step.what} did not finish within {self.timeout:g} s and was stopped "
+                f"(command: {shlex.join(step.command)}). Set XLAKERN_BUILD_TIMEOUT to allow longer "
+                f"compiles, or check that the compiler is not waiting for something") from None
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+            reader.join(5.0)
+            proc.stdout.close()
+        return proc.returncode, "".join(lines)
+
+    def run_all(self, steps: Sequence[_Step]) -> list[tuple[_Step, int, str]]:
+        if not steps:
+            return []
+        pool = concurrent.futures.ThreadPoolExecutor(max(1, min(self.jobs, len(steps))))
+        futures = [pool.submit(self.run, st) for st in steps]
+        try:
+            pending = set(futures)
+            while pending:
+                # Short waits keep the main thread responsive to Ctrl-C.
+                done, pending = concurrent.futures.wait(pending, timeout=0.2,
+                                                        return_when=concurrent.futures.FIRST_EXCEPTION)
+                for f in done:
+                    if f.exception() is not None:
+                        raise f.exception()
+        except BaseException:
+            self.stop()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return [(st, *f.result()) for st, f in zip(steps, futures)]
+
+
+def os_error(name: str, e: OSError, root: Path) -> CompilationError:
+    """A build's raw OS error (a full disk, an unwritable cache) as a CompilationError saying what."""
+    where = f" ({e.filename})" if e.filename else ""
+    return CompilationError(f"building module '{name}' failed: {e.strerror or e}{where}. Check that the cache "
+                            f"directory ({root}) is writable and has space")
 
 
 def _hint(output: str) -> str:
     if "undefined reference to" in output or "undefined symbol" in output:
         return (
             "\nhint: an entry point the generated handler calls is not defined with the declared signature. "
-            "Entry points must be non-static 'void' functions at global namespace scope."
+            "Entry points must be non-static 'void' functions at namespace scope (not class members)."
         )
     return ""
 
 
 class Builder:
-    """Builds one module in a private directory."""
+    """Builds one module in a private directory, reusing objects from the store."""
 
     def __init__(self, name: str, sources: Sequence[Source], entries: Sequence[EntryPoint],
                  options: BuildOptions, host: _toolchain.Tool, cuda: _toolchain.Tool | None,
-                 verbose: bool):
+                 verbose: bool, *, store: ObjectStore | None = None, reuse_objects: bool = True):
         self.name = name
         self.sources = sources
         self.entries = entries
@@ -207,28 +508,34 @@ class Builder:
         self.host = host
         self.cuda = cuda
         self.verbose = verbose
+        self.store = store
+        self.reuse_objects = reuse_objects
         self.commands: list[str] = []
+        self.headers: dict[str, str] = {}  # every header the build read: path -> sha256
+        self.compiled: list[str] = []  # labels of the objects compiled (not reused)
 
     def _includes(self) -> list[str]:
+        # xlakern's and jaxlib's headers are system headers: their warnings are not the user's, and
+        # the depfiles leave them out (the base key covers them: _our_headers, _ffi_headers_digest).
         incs = [f"-I{p}" for p in self.options.extra_include_paths]
-        return incs + [f"-I{_toolchain.include_dir()}", f"-I{_toolchain.ffi_include_dir()}"]
+        return incs + ["-isystem", str(_toolchain.include_dir()), "-isystem", str(_toolchain.ffi_include_dir())]
 
     def _host_flags(self) -> list[str]:
         return ["-std=c++17", "-fPIC", f"-O{self.options.optimization_level}", *self._includes(),
                 *self.options.extra_cflags]
 
-    def _user_compile(self, src: Path, obj: Path) -> list[str]:
+    def _user_compile(self, src: Path, obj: Path, dep: Path) -> list[str]:
         o = self.options
         if o.platform == "cpu":
             return [*self.host.command, *self._host_flags(), "-include", "xlakern/xlakern.h",
-                    "-c", str(src), "-o", str(obj)]
+                    "-MMD", "-MF", str(dep), "-c", str(src), "-o", str(obj)]
         arch = o.arch
         cmd = [self.cuda.path, "-std=c++17", f"-O{o.optimization_level}", "-Xcompiler", "-fPIC",
                f"-gencode=arch=compute_{arch},code=[sm_{arch},compute_{arch}]",
                "-ccbin", self.host.path, *self._includes(), "-include", "xlakern/xlakern.h"]
         if o.use_fast_math:
             cmd.append("--use_fast_math")
-        cmd += [*o.extra_cuda_cflags, "-x", "cu", "-c", str(src), "-o", str(obj)]
+        cmd += [*o.extra_cuda_cflags, "-MMD", "-MF", str(dep), "-x", "cu", "-c", str(src), "-o", str(obj)]
         return cmd
 
     def _link(self, objs: list[Path], out: Path) -> list[str]:
@@ -244,53 +551,122 @@ class Builder:
                 *map(str, objs), *(["-Xlinker", libstdcxx] if libstdcxx else []),
                 "-o", str(out), *o.extra_ldflags]
 
-    def __call__(self, work: Path) -> Path:
+    def _manifest_key(self, step: _Step, work: Path, source_bytes: bytes) -> str:
+        # The temp dir's name varies per build; everything else in the command is what the
+        # object depends on (with the source's bytes and the compilers' versions).
+        command = [a.replace(str(work), "<work>") for a in step.command]
+        versions = [self.host.identity, self.cuda.identity if self.cuda else None]
+        return _sha256(json.dumps([command, _sha256(source_bytes), versions]))
+
+    def _compile_steps(self, work: Path) -> list[_Step]:
         steps: list[_Step] = []
-        objs: list[Path] = []
         ext = ".cu" if self.options.platform == "cuda" else ".cc"
         for i, s in enumerate(self.sources):
+            obj, dep = work / f"src_{i}.o", work / f"src_{i}.d"
             if s.path is not None:
                 src = s.path
             else:
                 src = work / f"inline_{i}{ext}"
                 # The #line directive makes diagnostics name the user's source and its lines.
-                src.write_text(f'#line 1 "{s.label}"\n{s.text}\n')
-            obj = work / f"src_{i}.o"
-            steps.append(_Step(f"compile {s.label}", self._user_compile(src, obj), s.label))
-            objs.append(obj)
-        glue = work / "xlakern_handlers.cc"
-        glue.write_text(_codegen.generate_glue(self.name, self.entries, self.options.platform,
-                                               allow_cuda_graph=self.options.allow_cuda_graph))
-        glue_obj = work / "xlakern_handlers.o"
-        steps.append(_Step("compile generated handlers",
-                           [*self.host.command, *self._host_flags(), "-c", str(glue), "-o", str(glue_obj)],
-                           "generated handlers"))
-        objs.append(glue_obj)
+                src.write_bytes(b'#line 1 "' + s.label.encode() + b'"\n' + s.data + b"\n")
+            step = _Step(f"compile {s.label}", self._user_compile(src, obj, dep), s.label, obj, dep)
+            step.manifest_key = self._manifest_key(step, work, s.data)
+            steps.append(step)
+        glue_text = _codegen.generate_glue(self.name, self.entries, self.options.platform,
+                                           allow_cuda_graph=self.options.allow_cuda_graph).encode()
+        glue, glue_obj, glue_dep = work / "xlakern_handlers.cc", work / "xlakern_handlers.o", work / "xlakern_handlers.d"
+        glue.write_bytes(glue_text)
+        step = _Step("compile generated handlers",
+                     [*self.host.command, *self._host_flags(), "-MMD", "-MF", str(glue_dep), "-c", str(glue),
+                      "-o", str(glue_obj)], "generated handlers", glue_obj, glue_dep)
+        step.manifest_key = self._manifest_key(step, work, glue_text)
+        steps.append(step)
+        return steps
 
-        workers = max(1, min(len(steps), os.cpu_count() or 1))
-        with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda st: _run(st, work), steps))
-        failures = [(st, p) for st, p in results if p.returncode != 0]
-        self.commands = [shlex.join(st.command) for st, _ in results]
+    def _read_headers(self, step: _Step, work: Path) -> dict[str, str]:
+        try:
+            deps = parse_depfile(step.depfile.read_text(errors="replace"))
+        except OSError:
+            raise CompilationError(
+                f"building module '{self.name}': {step.what} succeeded but the compiler wrote no dependency "
+                f"file (xlakern passes -MMD -MF to learn which headers each object reads). Use a GCC-, "
+                f"Clang- or nvcc-compatible compiler") from None
+        toolkit = os.path.dirname(os.path.dirname(self.cuda.path)) + os.sep if self.cuda else None
+        headers = []
+        for d in deps[1:]:  # the first prerequisite is the source itself
+            p = os.path.normpath(os.path.join(str(work), d))
+            if p.startswith(str(work) + os.sep) or (toolkit and p.startswith(toolkit)):
+                continue  # generated files, and the CUDA toolkit (covered by nvcc's version)
+            if not os.path.isfile(p):
+                continue  # '#include "/dev/stdin"' and other non-files: nothing to track
+            headers.append(p)
+        return _digests_of(headers)
+
+    def __call__(self, work: Path) -> Path:
+        try:
+            return self._build(work)
+        except OSError as e:
+            raise os_error(self.name, e, work.parent.parent) from None
+
+    def _build(self, work: Path) -> Path:
+        steps = self._compile_steps(work)
+        to_run = []
+        for step in steps:
+            found = self.store.lookup(step.manifest_key) if (self.store and self.reuse_objects) else None
+            if found is not None:
+                step.result, step.headers = found
+            else:
+                to_run.append(step)
+        runner = _Runner(work, max_jobs(), build_timeout(), self.verbose)
+        results = runner.run_all(to_run)
+        self.commands = [shlex.join(st.command) for st in to_run]
+        failures = [(st, rc, out) for st, rc, out in results if rc != 0]
         if failures:
             self._fail(failures, work)
+        for st, _, out in results:
+            self._report_output(st, out, work)
+            self._require_output(st)
+            st.headers = self._read_headers(st, work)
+            st.result = st.output
+            if self.store is not None:
+                try:
+                    st.result = self.store.publish(st.manifest_key, st.output, st.headers)
+                except OSError as e:  # the module still builds; only the reuse is lost
+                    log.warning("xlakern: cannot keep the object of %s in the object store: %s", st.what, e)
+            self.compiled.append(st.label)
+        for st in steps:
+            self.headers.update(st.headers)
         lib = work / f"lib{self.name}.so"
-        link = _Step("link", self._link(objs, lib), "link")
-        _, proc = _run(link, work)
+        link = _Step("link", self._link([st.result for st in steps], lib), "link", lib)
+        ((_, rc, out),) = runner.run_all([link])
         self.commands.append(shlex.join(link.command))
-        if proc.returncode != 0:
-            self._fail([(link, proc)], work)
-        for obj in objs:  # the published build keeps sources and the library only
-            obj.unlink(missing_ok=True)
+        if rc != 0:
+            self._fail([(link, rc, out)], work)
+        self._report_output(link, out, work)
+        self._require_output(link)
+        for st in steps:  # the published build keeps sources and the library only
+            st.output.unlink(missing_ok=True)
         return lib
+
+    def _require_output(self, step: _Step) -> None:
+        if not step.output.is_file():
+            raise CompilationError(
+                f"building module '{self.name}': {step.what} exited successfully but did not write its output "
+                f"({step.output.name}). The compiler (or a wrapper around it) is broken; run with verbose=True "
+                f"to see the command")
+
+    def _report_output(self, step: _Step, output: str, work: Path) -> None:
+        text = output.replace(str(work) + os.sep, "").strip()
+        if text:  # warnings (or notes) of a successful step; the generated code's are ours, not the user's
+            level = logging.DEBUG if step.label == "generated handlers" else logging.WARNING
+            log.log(level, "module '%s', %s:\n%s", self.name, step.what, text)
 
     def _fail(self, failures, work: Path) -> None:
         kind = "CUDA" if self.options.platform == "cuda" else "C++"
         parts = [f"building module '{self.name}' ({kind}) failed:"]
-        for step, proc in failures:
-            out = (proc.stderr + proc.stdout).strip()
-            out = out.replace(str(work) + os.sep, "")
-            parts.append(f"--- {step.what} (exit {proc.returncode}) ---\n{out}{_hint(out)}")
+        for step, rc, output in failures:
+            out = output.strip().replace(str(work) + os.sep, "")
+            parts.append(f"--- {step.what} (exit {rc}) ---\n{out}{_hint(out)}")
             if step.label == "generated handlers":
                 parts.append(
                     "The generated handler code did not compile: this usually means an entry point's C++ "

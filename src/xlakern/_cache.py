@@ -254,13 +254,15 @@ class Entry:
         self.dir = root / name
         self.published = self.dir / key[:KEY_CHARS]
         self.lock_path = self.dir / f".{key[:KEY_CHARS]}.lock"
+        self.meta: dict = {}
 
     @property
     def library(self) -> Path:
         return self.published / f"lib{self.name}.so"
 
-    def open_library(self) -> VerifiedLibrary | None:
-        """The published library, opened and verified, if it is complete and matches its record.
+    def open_library(self, accept: Callable[[dict], bool] | None = None) -> VerifiedLibrary | None:
+        """The published library, opened and verified, if it is complete, matches its record and
+        ``accept(meta)`` (e.g. its headers are unchanged). Its metadata is then in ``self.meta``.
 
         Each directory from the root down is opened relative to the one above it, without
         following symlinks (the root itself may be one: the user chose it), and checked
@@ -281,22 +283,25 @@ class Entry:
             try:
                 st = os.fstat(lib_fd)
                 if (not isinstance(meta, dict) or meta.get("key") != self.key or not stat.S_ISREG(st.st_mode)
-                        or st.st_size != meta.get("size") or fd_sha256(lib_fd) != meta.get("sha256")):
+                        or st.st_size != meta.get("size") or fd_sha256(lib_fd) != meta.get("sha256")
+                        or (accept is not None and not accept(meta))):
                     os.close(lib_fd)
                     return None
             except BaseException:
                 os.close(lib_fd)
                 raise
+            self.meta = meta
             return VerifiedLibrary(self.library, lib_fd)
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError, TypeError):
             return None
         finally:
             for fd in fds:
                 os.close(fd)
 
-    def valid_library(self) -> Path | None:
-        """The published library's path if it is complete, private and matches its recorded hash."""
-        lib = self.open_library()
+    def valid_library(self, accept: Callable[[dict], bool] | None = None) -> Path | None:
+        """The published library's path if it is complete, private, matches its recorded hash and
+        ``accept(meta)``. Its metadata is then in ``self.meta``."""
+        lib = self.open_library(accept)
         if lib is None:
             return None
         lib.close()
@@ -311,13 +316,15 @@ class Entry:
                 if p.name.startswith(prefix):
                     shutil.rmtree(p, ignore_errors=True)
 
-    def build(self, builder: Callable[[Path], Path], meta: dict, *, force: bool = False) -> tuple[Path, bool]:
+    def build(self, builder: Callable[[Path], Path], meta: dict | Callable[[], dict], *, force: bool = False,
+              accept: Callable[[dict], bool] | None = None) -> tuple[Path, bool]:
         """Return the library, building it with ``builder(temp_dir) -> lib`` if needed
         (always, with ``force``). Returns (library path, whether this call built it).
+        ``meta`` (or what it returns once the builder ran) is recorded with the build.
         """
         make_private_dirs(self.root)
         with file_lock(self.lock_path):
-            lib = None if force else self.valid_library()
+            lib = None if force else self.valid_library(accept)
             if lib is not None:
                 return lib, False  # another process published it while we waited
             self._sweep_temp_dirs()
@@ -330,7 +337,8 @@ class Entry:
                     os.replace(built, tmp / final_name)
                 lib_tmp = tmp / final_name
                 _make_private_tree(tmp)
-                record = dict(meta, key=self.key, sha256=file_sha256(lib_tmp), size=lib_tmp.stat().st_size)
+                self.meta = record = dict(meta() if callable(meta) else meta, key=self.key,
+                                          sha256=file_sha256(lib_tmp), size=lib_tmp.stat().st_size)
                 atomic_write_text(tmp / META_FILE, json.dumps(record, indent=1, sort_keys=True))
                 if self.published.exists():
                     # A corrupt earlier build: move it aside, then publish.

@@ -83,7 +83,7 @@ def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bo
             continue
         call_args.append(f"xk_loop.tensor({len(buffers) - 1}, xk_b)" if control else view)
     target = f"{module}.{entry.name}"
-    call = f"{entry.name}({', '.join(call_args)});"
+    call = f"{entry.qualified_name}({', '.join(call_args)});"
     if control:
         binding.append(f'.Attr<ffi::Span<const int64_t>>("{CONTROL_ATTR}")')
         impl_params.append("ffi::Span<const int64_t> xk_ctl")
@@ -122,7 +122,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL({symbol}, {impl},
 
 def _declaration(entry: EntryPoint) -> str:
     linkage = 'extern "C" ' if entry.c_linkage else ""
-    return f"{linkage}void {entry.name}({', '.join(p.cpp_type for p in entry.params)});"
+    decl = f"{linkage}void {entry.name}({', '.join(p.cpp_type for p in entry.params)});"
+    # Declared inside its namespaces, so the mangled name matches the user's definition.
+    return "".join(f"namespace {n} {{ " for n in entry.namespace) + decl + " }" * len(entry.namespace)
 
 
 def generate_glue(module: str, entries: Sequence[EntryPoint], platform: str, *, allow_cuda_graph: bool) -> str:

@@ -171,6 +171,9 @@ class CompiledFunction:
             raise CallError(f"{self.target}: {'; '.join(parts)}. It takes: "
                             f"{', '.join(f'{n}: {t}' for n, t in declared.items()) or 'no attributes'}")
         values = {n: _coerce_attr(self.target, n, declared[n], v) for n, v in attrs.items()}
+        traced = any(isinstance(x, jax.core.Tracer) for x in arrays) or (not arrays and _under_trace())
+        if not traced:
+            _check_eager_platform(self, arrays)
         # The control target: zeroed outputs, and the traced (unbatched) ranks for per-element vmap.
         zero = _bridge.zeroed_mask(self.target, zeroed_outputs, len(flat_outs), input_output_aliases, attrs)
         values[_codegen.CONTROL_ATTR] = np.array(
@@ -178,7 +181,94 @@ class CompiledFunction:
         results = _bridge.run_ffi(_codegen.control_target(self.target),
                                   [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
                                   arrays, values, vmap_method, input_output_aliases)
+        if traced:  # the platform is known only when the trace is lowered: check it there
+            results = [_platform_guard().bind(r, target=self.target, platform=self.module.platform)
+                       for r in results]
         return jax.tree.unflatten(treedef, list(results))
+
+
+def _under_trace() -> bool:
+    """Whether a trace (jit, vmap, ...) is active, for calls without inputs to tell by."""
+    try:
+        from jax._src import core
+    except ImportError:  # pragma: no cover - then such calls are checked eagerly only
+        return False
+    check = getattr(core, "trace_state_clean", None)
+    return check is not None and not check()
+
+
+_PLATFORM_WORDS = {"cpu": "the CPU", "cuda": "a GPU", "gpu": "a GPU"}
+
+
+def _wrong_platform(target: str, module_platform: str, where: str, found: str) -> CallError:
+    if module_platform == "cuda":
+        fix = ("put the inputs on a GPU (jax.device_put(x, jax.devices('gpu')[0])), or build the module "
+               "for the CPU with load_cpp_inline/load_cpp_file/load_cpp_dir")
+    else:
+        fix = ("put the inputs on the CPU (jax.device_put(x, jax.devices('cpu')[0]) or "
+               "jax.default_device(jax.devices('cpu')[0])), or build a CUDA version with load_cuda_*")
+    kind = "CUDA" if module_platform == "cuda" else "CPU"
+    return CallError(f"{target} is a {kind} kernel (it runs on {_PLATFORM_WORDS[module_platform]} only), but "
+                     f"{where} on platform '{found}'; {fix}")
+
+
+def _check_eager_platform(fn: "CompiledFunction", arrays: Sequence[Any]) -> None:
+    """A concrete call runs where its inputs live (or on the default device): refuse a wrong one
+    before XLA reports a missing handler."""
+    import jax
+
+    wanted = "gpu" if fn.module.platform == "cuda" else "cpu"
+    for i, x in enumerate(arrays):
+        if isinstance(x, jax.Array):
+            found = {d.platform for d in x.devices()}
+            if found and found != {wanted}:
+                raise _wrong_platform(fn.target, fn.module.platform, f"input {i} lives", ", ".join(sorted(found)))
+            return
+    device = jax.config.jax_default_device
+    if isinstance(device, str):
+        found = device.lower()
+    elif device is not None:
+        found = device.platform
+    else:
+        found = jax.devices()[0].platform
+    if _PLATFORM_NAMES.get(found, found) != wanted:
+        raise _wrong_platform(fn.target, fn.module.platform, "the call would run on the default device", found)
+
+
+_PLATFORM_NAMES = {"cuda": "gpu", "rocm": "gpu", "host": "cpu"}
+_guard = None
+_guard_lock = threading.Lock()
+
+
+def _platform_guard():
+    """An identity primitive on a module function's outputs whose lowering rule refuses
+    platforms the module was not built for, as a CallError at jit time (not XLA's
+    NOT_FOUND when it compiles). It emits no operation."""
+    global _guard
+    with _guard_lock:
+        if _guard is None:
+            import functools
+
+            from jax._src import dispatch
+            from jax.extend.core import Primitive
+            from jax.interpreters import ad, batching, mlir
+
+            prim = Primitive("xlakern_platform_check")
+            prim.def_impl(functools.partial(dispatch.apply_primitive, prim))
+            prim.def_abstract_eval(lambda x, **_: x)
+
+            def lower(ctx, x, *, target, platform):
+                # Without the attribute (a jax that lacks it), XLA's own error remains.
+                for found in getattr(ctx.module_context, "platforms", None) or ():
+                    if _PLATFORM_NAMES.get(found, found) != _PLATFORM_NAMES.get(platform, platform):
+                        raise _wrong_platform(target, platform, "this jitted call is lowered", found)
+                return [x]
+
+            mlir.register_lowering(prim, lower)
+            batching.primitive_batchers[prim] = lambda args, dims, **kw: (prim.bind(*args, **kw), dims[0])
+            ad.primitive_jvps[prim] = lambda primals, tangents, **kw: (prim.bind(*primals, **kw), tangents[0])
+            _guard = prim
+        return _guard
 
 
 class CompiledModule:
@@ -205,6 +295,8 @@ class CompiledModule:
         self.entries = {e.name: e for e in entries}
         self.functions = {e.name: e.spec for e in entries}
         self.targets = {e.name: f"{name}.{e.name}" for e in entries}
+        self.base_key = key  # the cache entry's key; ``key`` adds the headers the build read
+        self.headers: dict[str, str] = {}
         self._callables = {e.name: CompiledFunction(self, e) for e in entries}
 
     def __getattr__(self, item: str) -> CompiledFunction:
@@ -335,6 +427,7 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
                            "use extra_cflags=['-ffast-math'] for C++")
     entries = resolve_entry_points(sources, functions, platform=platform)
     _check_attribute_names(name, entries)
+    # Relative paths mean the caller's working directory (compilers run in a temp dir).
     include_paths = tuple(str(Path(p).expanduser().resolve()) for p in _as_flags(extra_include_paths,
                                                                                 "extra_include_paths"))
     for p in include_paths:
@@ -346,45 +439,58 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
         platform=platform,
         optimization_level=optimization_level,
         use_fast_math=bool(use_fast_math),
-        extra_cflags=_as_flags(extra_cflags, "extra_cflags"),
-        extra_cuda_cflags=_as_flags(extra_cuda_cflags, "extra_cuda_cflags"),
-        extra_ldflags=_as_flags(extra_ldflags, "extra_ldflags"),
+        extra_cflags=_build.absolute_path_flags(_as_flags(extra_cflags, "extra_cflags")),
+        extra_cuda_cflags=_build.absolute_path_flags(_as_flags(extra_cuda_cflags, "extra_cuda_cflags")),
+        extra_ldflags=_build.absolute_path_flags(_as_flags(extra_ldflags, "extra_ldflags")),
         extra_include_paths=include_paths,
         arch=_toolchain.cuda_arch(compute_capability) if platform == "cuda" else None,
         allow_cuda_graph=bool(allow_cuda_graph),
     )
-    key = _build.cache_key(name, sources, entries, options, host, cuda)
+    base_key = _build.cache_key(name, sources, entries, options, host, cuda)
 
     with _LOAD_LOCK:
         existing = _MODULES.get(name)
         # Checked before compiling, force_rebuild or not: XLA could never register other content as `name`.
-        if existing is not None and existing.key != key:
+        if existing is not None and not (existing.base_key == base_key
+                                         and _build.headers_unchanged(existing.headers)):
             raise RegistrationError(_conflict_message(
                 name, f"module '{name}' is already registered from other content (key {existing.key[:12]}, "
-                      f"new key {key[:12]})"))
+                      f"new key {base_key[:12]}; the sources, options or a header they include changed since)"))
         if existing is not None and not force_rebuild:
             return existing
         root = Path(build_directory).expanduser().resolve() if build_directory else _cache.cache_root()
-        slot = _cache.Entry(root, name, key)
-        lib = None if force_rebuild else slot.open_library()
+        slot = _cache.Entry(root, name, base_key)
+
+        def headers_unchanged(meta: dict) -> bool:  # a build is valid only while its headers are
+            return _build.headers_unchanged(meta.get("headers"))
+
+        lib = None if force_rebuild else slot.open_library(headers_unchanged)
         if lib is None:
             kind = f"CUDA, sm_{options.arch}" if platform == "cuda" else "C++"
-            builder = _build.Builder(name, sources, entries, options, host, cuda, verbose)
+            builder = _build.Builder(name, sources, entries, options, host, cuda, verbose,
+                                     store=_build.ObjectStore(root), reuse_objects=not force_rebuild)
             with _build.Progress(f"compiling {name} ({kind})", quiet):
-                slot.build(builder, {"name": name, "platform": platform,
-                                     "functions": {e.name: e.spec for e in entries}},
-                           force=force_rebuild)
-            if verbose:
-                import sys
-
-                print("xlakern: " + "\n  ".join(["commands:", *builder.commands]), file=sys.stderr)
-            lib = slot.open_library()  # loaded from what is verified now, not from the build's path
+                try:
+                    slot.build(builder, lambda: {"name": name, "platform": platform,
+                                                 "functions": {e.name: e.spec for e in entries},
+                                                 "headers": builder.headers},
+                               force=force_rebuild, accept=headers_unchanged)
+                except OSError as e:  # the cache entry itself: lock, temp dir, publishing
+                    raise _build.os_error(name, e, root) from None
+            # Loaded from what is verified now, not from the build's path.
+            try:
+                lib = slot.open_library(headers_unchanged)
+            except OSError as e:
+                raise _build.os_error(name, e, root) from None
             if lib is None:
                 raise RegistrationError(f"the build of module '{name}' at {slot.library} changed or vanished "
                                         f"right after it was published; load it again")
+        headers = dict(slot.meta.get("headers") or {})
+        key = _build.full_key(base_key, headers)
         with lib:
             _register(name, key, lib, platform, entries)
         module = CompiledModule(name, lib.path, key, platform, entries)
+        module.base_key, module.headers = base_key, headers
         if existing is None or existing.key != key:
             _MODULES[name] = module
         return _MODULES[name]
@@ -470,8 +576,20 @@ def _file_sources(paths: Sequence[Path]) -> list[Source]:
         p = Path(p).expanduser().resolve()
         if not p.is_file():
             raise XlakernError(f"source file {p} does not exist")
-        out.append(Source(str(p), p.read_text(), p))
+        out.append(Source.from_file(p))  # bytes: the compiler, not Python, decides the encoding
     return out
+
+
+def _dir_sources(directory: str | os.PathLike, file_patterns: Sequence[str]) -> tuple[Path, list[Source]]:
+    d = Path(directory).expanduser().resolve()
+    if not d.is_dir():
+        raise XlakernError(f"{d} is not a directory")
+    if isinstance(file_patterns, str) or not all(isinstance(p, str) for p in file_patterns):
+        raise XlakernError(f"file_patterns must be a list of glob patterns such as ['*.cc']; got {file_patterns!r}")
+    files = sorted({p for pat in file_patterns for p in d.glob(pat) if p.is_file()})
+    if not files:
+        raise XlakernError(f"no files matching {list(file_patterns)} in {d}")
+    return d, _file_sources(files)
 
 
 def _default_name(path: Path) -> str:
@@ -602,13 +720,38 @@ def load_cuda_dir(
         functions: entry points, as for :func:`load_cpp_inline`.
         name: module name (default: the folder's name).
         file_patterns: glob patterns of the files to compile (default ``("*.cu",)``)."""
-    d = Path(directory).expanduser().resolve()
-    if not d.is_dir():
-        raise XlakernError(f"{d} is not a directory")
-    files = sorted({p for pat in file_patterns for p in d.glob(pat) if p.is_file()})
-    if not files:
-        raise XlakernError(f"no files matching {list(file_patterns)} in {d}")
-    return _load(name or _default_name(d), _file_sources(files), functions, "cuda", **_build_options(locals()))
+    d, sources = _dir_sources(directory, file_patterns)
+    return _load(name or _default_name(d), sources, functions, "cuda", **_build_options(locals()))
+
+
+@_with_option_check
+def load_cpp_dir(
+        directory: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+        file_patterns: Sequence[str] = ("*.cc", "*.cpp", "*.cxx"),
+        optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
+        extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
+        build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
+        quiet: bool = False,
+) -> CompiledModule:
+    """Compile every C++ file of ``directory`` matching ``file_patterns`` for the CPU into one module.
+
+    Each file is its own translation unit; they compile in parallel (at most ``$MAX_JOBS`` at
+    once) and each object is cached by content, so editing one file recompiles only that one.
+    Headers next to the files (or under ``extra_include_paths``) are tracked: editing one
+    rebuilds what includes it. Entry points are found as in :func:`load_cpp_inline`.
+
+    Example::
+
+        mod = xlakern.load_cpp_dir("kernels/", name="snn_cpu", extra_cflags=["-march=native"])
+        v = mod.lif_step(v, i_ext, outs=jax.ShapeDtypeStruct(v.shape, v.dtype), decay=0.9)
+
+    Args:
+        directory: the folder holding the sources.
+        functions: entry points, as for :func:`load_cpp_inline`.
+        name: module name (default: the folder's name).
+        file_patterns: glob patterns of the files to compile (default ``("*.cc", "*.cpp", "*.cxx")``)."""
+    d, sources = _dir_sources(directory, file_patterns)
+    return _load(name or _default_name(d), sources, functions, "cpu", **_build_options(locals()))
 
 
 # Keyword options of _load, which the loaders above pass on by name.
@@ -616,7 +759,7 @@ _LOAD_OPTIONS = frozenset(p.name for p in inspect.signature(_load).parameters.va
                           if p.kind is inspect.Parameter.KEYWORD_ONLY)
 for _loader, _options_doc in [(load_cpp_inline, _CPP_OPTIONS_DOC), (load_cpp_file, _CPP_OPTIONS_DOC),
                               (load_cuda_inline, _CUDA_OPTIONS_DOC), (load_cuda_file, _CUDA_OPTIONS_DOC),
-                              (load_cuda_dir, _CUDA_OPTIONS_DOC)]:
+                              (load_cuda_dir, _CUDA_OPTIONS_DOC), (load_cpp_dir, _CPP_OPTIONS_DOC)]:
     _loader.__doc__ += _options_doc + _RETURNS_DOC
 
 
@@ -643,4 +786,7 @@ def clear_cache(name: str | None = None) -> dict[str, list[str]]:
 
         xlakern.clear_cache("my_kernels")
     """
-    return _cache.clear(_cache.cache_root(), name)
+    result = _cache.clear(_cache.cache_root(), name)
+    if name is None:  # objects are shared between modules: only a full clear drops them
+        _build.clear_objects(_cache.cache_root())
+    return result

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .errors import SpecError
+from .errors import SpecError, XlakernError
 
 # attr type -> (C++ type the handler decodes, numpy dtype name of the value passed to XLA)
 ATTR_TYPES: dict[str, tuple[str, str]] = {
@@ -67,8 +67,23 @@ class Source:
     """One unit of user code: inline text (written to the build dir) or a file compiled in place."""
 
     label: str  # what diagnostics call it: 'inline:name' or the file's path
-    text: str
+    text: str  # for scanning: files are decoded leniently, so a stray Latin-1 byte is harmless
     path: Path | None = None  # set for files
+    data: bytes | None = None  # the exact bytes compiled and hashed; None: ``text`` as UTF-8
+
+    def __post_init__(self) -> None:
+        if self.data is None:
+            object.__setattr__(self, "data", self.text.encode("utf-8", errors="surrogatepass"))
+
+    @classmethod
+    def from_file(cls, path: Path) -> "Source":
+        """The file's bytes, as the compiler will read them (any encoding)."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise XlakernError(f"cannot read source file {path}: {e.strerror or e}; check it exists and "
+                               f"is readable") from None
+        return cls(str(path), data.decode("utf-8", errors="replace"), Path(path), data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +110,12 @@ class EntryPoint:
     source: str
     line: int
     c_linkage: bool = False
+    namespace: tuple[str, ...] = ()  # enclosing C++ namespaces, outermost first
+
+    @property
+    def qualified_name(self) -> str:
+        """How the generated handler names the function: ``::ns::inner::fn``."""
+        return "::" + "::".join((*self.namespace, self.name))
 
     @property
     def spec(self) -> str:
@@ -219,6 +240,7 @@ class Signature:
     source: Source
     line: int
     c_linkage: bool = False  # declared extern "C"
+    namespace: tuple[str, ...] = ()
 
 
 def _parse_cpp_param(text: str) -> CppParam:
@@ -242,9 +264,39 @@ def _parse_cpp_param(text: str) -> CppParam:
     return CppParam(text=text, type_text=type_text, name=name, is_const=is_const, is_ref=is_ref, base=base)
 
 
+_NAMESPACE_RE = re.compile(r"\bnamespace\s*(?:\[\[[^\]]*\]\]\s*)?((?:[A-Za-z_]\w*\s*(?:::\s*)?)*)$")
+_EXTERN_C_RE = re.compile(r'\bextern\s*"\s*"\s*$')  # literal text is blanked, quotes stay
+
+
+def _scope_of(clean: str, offset: int) -> list[tuple[str, tuple[str, ...]]]:
+    """The braces enclosing ``offset``, outermost first: ("namespace", names) (names empty for an
+    anonymous namespace), ("extern_c", ()) or ("other", ()) for classes, functions, initialisers."""
+    stack: list[tuple[str, tuple[str, ...]]] = []
+    for m in re.finditer(r"[{}]", clean[:offset]):
+        if m.group() == "}":
+            if stack:
+                stack.pop()
+            continue
+        start = max(clean.rfind(c, 0, m.start()) for c in ";{}")
+        head = " ".join(clean[start + 1:m.start()].split())
+        ns = _NAMESPACE_RE.search(head)
+        if ns:
+            stack.append(("namespace", tuple(n.strip() for n in ns.group(1).split("::") if n.strip())))
+        elif _EXTERN_C_RE.search(head):
+            stack.append(("extern_c", ()))
+        else:
+            stack.append(("other", ()))
+    return stack
+
+
 def find_signature(sources: Sequence[Source], name: str, cleaned: Sequence[str]) -> Signature | None:
-    """Locate the definition (or failing that, a declaration) of ``void name(...)``."""
+    """Locate the definition (or failing that, a declaration) of ``void name(...)``.
+
+    Functions in namespaces are found with their namespace; class members and functions in an
+    anonymous namespace cannot be called from the generated handlers and are refused.
+    """
     found: list[tuple[int, Signature]] = []
+    members: list[tuple[Source, int]] = []
     for src, clean in zip(sources, cleaned):
         for m in re.finditer(r"\b" + re.escape(name) + r"\s*\(", clean):
             close = _matching_paren(clean, m.end() - 1)
@@ -262,6 +314,21 @@ def find_signature(sources: Sequence[Source], name: str, cleaned: Sequence[str])
             if re.search(r"[=(,]|\breturn\b", prefix):
                 continue
             line = _line_of(clean, m.start())
+            # 'void ns::fn(...) {' defines a function of namespace ns out of line.
+            qualifier = re.search(r"((?:[A-Za-z_]\w*\s*::\s*)+)$", prefix)
+            if qualifier:
+                prefix = prefix[:qualifier.start()].rstrip()
+            scope = _scope_of(clean, m.start())
+            if any(kind == "other" for kind, _ in scope):
+                members.append((src, line))
+                continue
+            if any(kind == "namespace" and not names for kind, names in scope):
+                raise SpecError(
+                    f"entry point '{name}' ({src.label}, line {line}) is in an anonymous namespace, so the "
+                    f"generated FFI handler cannot call it; move it into a named namespace or out of it")
+            namespace = tuple(n for kind, names in scope if kind == "namespace" for n in names)
+            if qualifier:
+                namespace += tuple(n.strip() for n in qualifier.group(1).split("::") if n.strip())
             if not re.search(r"\bvoid$", prefix):
                 raise SpecError(
                     f"entry point '{name}' ({src.label}, line {line}) must return void "
@@ -274,10 +341,20 @@ def find_signature(sources: Sequence[Source], name: str, cleaned: Sequence[str])
                 )
             params = tuple(_parse_cpp_param(p) for p in _split_params(clean[m.end():close]))
             rank = 0 if after[0] == "{" else 1
-            c_linkage = bool(re.search(r'\bextern\s*"', prefix))  # literal text is blanked, quotes stay
-            found.append((rank, Signature(name, params, src, line, c_linkage)))
+            c_linkage = bool(re.search(r'\bextern\s*"', prefix)) or any(k == "extern_c" for k, _ in scope)
+            found.append((rank, Signature(name, params, src, line, c_linkage, namespace)))
     if not found:
+        if members:
+            src, line = members[0]
+            raise SpecError(
+                f"entry point '{name}' ({src.label}, line {line}) is a class member (or local to a block); "
+                f"entry points must be free functions at namespace scope")
         return None
+    namespaces = sorted({"::".join(sig.namespace) or "(global)" for _, sig in found})
+    if len(namespaces) > 1:
+        raise SpecError(
+            f"entry point '{name}' is defined in several namespaces ({', '.join(namespaces)}); one module "
+            f"exports one function per name, so rename all but one")
     found.sort(key=lambda item: item[0])
     return found[0][1]
 
@@ -425,7 +502,7 @@ def bind(sig: Signature, tokens: Sequence[str], *, platform: str) -> EntryPoint:
         decl = _declaration_type(p, ckind)
         params.append(Param(kind=kind, cpp_type=decl, cpp_name=p.name, attr_name=attr_name, attr_type=attr_type))
     entry = EntryPoint(name=sig.name, params=tuple(params), source=sig.source.label, line=sig.line,
-                       c_linkage=sig.c_linkage)
+                       c_linkage=sig.c_linkage, namespace=sig.namespace)
     if sum(p.kind == "stream" for p in params) > 1:
         raise SpecError(f"{where}: more than one 'stream' token")
     if not entry.rets:

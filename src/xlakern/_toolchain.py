@@ -26,14 +26,29 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 @dataclasses.dataclass(frozen=True)
 class Tool:
-    """A compiler: its command (path first) and its version text."""
+    """A compiler: how to invoke it, the real compiler behind it and that compiler's version.
+
+    ``command`` may start with a launcher (``ccache g++`` gives ``("/usr/bin/ccache",
+    "/usr/bin/g++")``); ``compiler`` is then the real compiler, whose version is recorded and
+    which nvcc gets as ``-ccbin`` (nvcc cannot take a launcher there).
+    """
 
     command: tuple[str, ...]
     version: str
+    compiler: str = ""  # the real compiler; empty: command[0] is it
 
     @property
     def path(self) -> str:
-        return self.command[0]
+        return self.compiler or self.command[0]
+
+    @property
+    def identity(self) -> list:
+        """What the build cache records: the real compiler, its extra words and version (not the
+        launcher, which does not change what is built)."""
+        words = list(self.command)
+        if self.compiler and self.compiler in words:
+            words = words[words.index(self.compiler):]
+        return [self.path, *words[1:], self.version]
 
 
 def include_dir() -> Path:
@@ -88,10 +103,12 @@ def tool_version(path: str) -> str:
     with _memo_lock:
         memo = _load_memo()
         entry = memo.get(path)
-        if entry and entry.get("stamp") == stamp:
+        # A memo of the wrong shape (hand-edited, another version's) is ignored and rewritten.
+        if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("version"), str):
             return entry["version"]
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
+                             stdin=subprocess.DEVNULL, timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
         raise ToolchainError(f"cannot run '{path} --version': {e}") from None
     text = (out.stdout or out.stderr).strip()
@@ -111,25 +128,56 @@ def tool_version(path: str) -> str:
 # -- compilers ----------------------------------------------------------------
 
 
+_LAUNCHERS = ("ccache", "sccache")
+
+
+def _real_behind_masquerade(path: str) -> str | None:
+    """For a ccache/sccache symlink named like a compiler (``/usr/lib/ccache/g++``), the compiler of
+    that name further down PATH; None when ``path`` is not such a symlink."""
+    if os.path.basename(os.path.realpath(path)) not in _LAUNCHERS or os.path.basename(path) in _LAUNCHERS:
+        return None
+    name = os.path.basename(path)
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        cand = os.path.join(d, name)
+        if os.access(cand, os.X_OK) and os.path.basename(os.path.realpath(cand)) not in _LAUNCHERS:
+            return os.path.realpath(cand)
+    raise ToolchainError(f"{path} is a compiler cache wrapper, but no real '{name}' follows it on PATH; "
+                         f"install {name} or point CXX at the real compiler")
+
+
 def host_compiler() -> Tool:
-    """The C++ compiler: ``$CXX`` if set, else g++, else clang++."""
+    """The C++ compiler: ``$CXX`` if set, else g++, else clang++.
+
+    ``CXX`` may name a launcher before the compiler (``ccache g++``, ``sccache clang++``) or a
+    ccache symlink named like the compiler; builds then go through the launcher, while the
+    version check and nvcc's ``-ccbin`` use the real compiler.
+    """
     cxx = os.environ.get("CXX", "").strip()
     if cxx:
         words = shlex.split(cxx)
         path = shutil.which(words[0])
         if path is None:
             raise ToolchainError(f"CXX={cxx!r} but '{words[0]}' is not an executable on PATH; fix or unset CXX")
-        command = (os.path.realpath(path), *words[1:])
+        # 'launcher compiler [flags]': a second word that is a program, not a flag.
+        second = shutil.which(words[1]) if len(words) > 1 and not words[1].startswith("-") else None
+        if second is not None:
+            real = _real_behind_masquerade(second) or os.path.realpath(second)
+            command = (os.path.abspath(path), real, *words[2:])
+            return Tool(command, tool_version(real), real)
     else:
         for name in ("g++", "clang++", "c++"):
             path = shutil.which(name)
             if path:
-                command = (os.path.realpath(path),)
+                words = [name]
                 break
         else:
             raise ToolchainError(
                 "no C++ compiler found: install g++ or clang++ (e.g. apt-get install g++), or point CXX at one"
             )
+    real = _real_behind_masquerade(path)
+    if real is not None:  # keep the symlink's path: ccache decides what to run by the name it was called by
+        return Tool((os.path.abspath(path), *words[1:]), tool_version(real), real)
+    command = (os.path.realpath(path), *words[1:])
     return Tool(command, tool_version(command[0]))
 
 
