@@ -136,19 +136,13 @@ def build(brainevent, model: Model, n: int, seed: int):
 
 
 def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record: int = 0):
-    """Run ``steps`` steps; returns (spike count per neuron, raster of the first ``record`` steps
-    as (step, neuron) pairs, the jitted runner) after one timed run."""
+    """Run ``steps`` steps; returns (jitted ``run(conns, state) -> (state, spike count per neuron)``,
+    conns, initial state, raster of the first ``record`` steps as a (step, neuron) bool array)."""
     import jax
     import jax.numpy as jnp
 
     conns, state0, step = build(brainevent, model, n, seed)
-    if getattr(brainevent, "__name__", "") == "brainevent":
-        # BrainEvent 0.3's layouts cannot be jit arguments (their pytree metadata holds arrays)
-        # nor be built from traced indices: with it, the connectivity is closed over and
-        # baked into the program as constants.
-        return _simulate_closed_over(conns, state0, step, n, steps, record)
 
-    @jax.jit
     def run(conns, state):
         def body(carry, _):
             s, count = carry
@@ -158,7 +152,6 @@ def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record
         (state, count), _ = jax.lax.scan(body, (state, jnp.zeros((n,), jnp.int32)), None, length=steps)
         return state, count
 
-    @jax.jit
     def raster(conns, state):
         def body(s, _):
             s = step(*conns, s)
@@ -166,34 +159,15 @@ def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record
 
         return jax.lax.scan(body, state, None, length=record)[1]
 
-    spikes = np.asarray(raster(conns, state0)) if record else None
-    return run, conns, state0, spikes
-
-
-def _simulate_closed_over(conns, state0, step, n: int, steps: int, record: int):
-    import jax
-    import jax.numpy as jnp
-
-    @jax.jit
-    def run_closed(state):
-        def body(carry, _):
-            s, count = carry
-            s = step(*conns, s)
-            return (s, count + s["spk"]), None
-
-        (state, count), _ = jax.lax.scan(body, (state, jnp.zeros((n,), jnp.int32)), None, length=steps)
-        return state, count
-
-    @jax.jit
-    def raster(state):
-        def body(s, _):
-            s = step(*conns, s)
-            return s, s["spk"]
-
-        return jax.lax.scan(body, state, None, length=record)[1]
-
-    spikes = np.asarray(raster(state0)) if record else None
-    return (lambda _conns, state: run_closed(state)), conns, state0, spikes
+    if getattr(brainevent, "__name__", "") == "brainevent":
+        # BrainEvent 0.3's layouts cannot be jit arguments (their pytree metadata holds arrays)
+        # nor be built from traced indices: with it, the connectivity is closed over and
+        # baked into the program as constants.
+        run_closed = jax.jit(lambda state: run(conns, state))
+        spikes = np.asarray(jax.jit(lambda state: raster(conns, state))(state0)) if record else None
+        return (lambda _conns, state: run_closed(state)), conns, state0, spikes
+    spikes = np.asarray(jax.jit(raster)(conns, state0)) if record else None
+    return jax.jit(run), conns, state0, spikes
 
 
 def main() -> None:
