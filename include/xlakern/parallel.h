@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -158,5 +159,20 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
   if (state->error) std::rethrow_exception(state->error);
   if (schedule_error) std::rethrow_exception(schedule_error);
 }
+
+namespace detail {
+
+// Clears `bytes` bytes at `p` (zeroed_outputs on the CPU). Large buffers are split over the
+// pool: one thread clearing a 16 MB output costs about as much as XLA's own (parallel) fill.
+inline void parallel_zero(void* p, size_t bytes) {
+  constexpr int64_t kChunk = int64_t(1) << 18;  // 256 KiB: small buffers stay one memset
+  const int64_t chunks = (int64_t(bytes) + kChunk - 1) / kChunk;
+  parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
+    const size_t lo = size_t(begin) * kChunk, hi = std::min(bytes, size_t(end) * kChunk);
+    std::memset(static_cast<char*>(p) + lo, 0, hi - lo);
+  });
+}
+
+}  // namespace detail
 
 }  // namespace xk

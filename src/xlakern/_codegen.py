@@ -93,7 +93,7 @@ def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bo
                      "      if (rc != 0) throw ::xk::Error(\"zeroed_outputs: cudaMemsetAsync failed with CUDA error \" + "
                      "std::to_string(rc));\n    }});").format(n=n_arg)
         else:
-            clear = f"xk_loop.zero_outputs({n_arg}, [](void* p, size_t bytes) {{ std::memset(p, 0, bytes); }});"
+            clear = f"xk_loop.zero_outputs({n_arg}, ::xk::detail::parallel_zero);"
         body = (f"const std::array<const ffi::AnyBuffer*, {len(buffers)}> xk_bufs = {{{{{', '.join(buffers)}}}}};\n"
                 f"    const ::xk::detail::ElementLoop<{len(buffers)}> xk_loop(xk_ctl, xk_bufs, {n_arg});\n"
                 f"    {clear}\n"
