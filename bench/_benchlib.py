@@ -35,9 +35,16 @@ import numpy as np
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack  # type: ignore[attr-defined]
 
-import jax
-
 import xlakern
+
+# `--graph-loops` on any bench script: XLA reads its flags once, when JAX starts, so they are set
+# here, before anything (BrainEvent's import included) can start a backend.
+GRAPH_LOOPS = "--graph-loops" in sys.argv
+if GRAPH_LOOPS:
+    xlakern.config.enable_cuda_graph_loops()
+
+import jax
+import jax.numpy as jnp
 
 try:
     import brainevent  # noqa: F401
@@ -52,10 +59,31 @@ except Exception as _e:  # not installed, or broken
 
 NA_BE = BE_ERROR or "n/a"
 
+
+def hashed_spikes(step: Any, n: int, rate: float, batch: int | None = None) -> Any:
+    """Spikes of one step: a stateless integer hash of (neuron, step) below ``rate * 2**32``.
+
+    One elementwise fusion inside a loop body, so no scanned array is sliced per step (XLA keeps
+    dynamic slices of scanned inputs out of CUDA graphs) and every library gets the same spikes.
+    ``batch`` gives shape (n, batch) instead of (n,)."""
+    shape = (n,) if batch is None else (n, batch)
+    x = jax.lax.iota(jnp.uint32, n * (batch or 1)).reshape(shape) * jnp.uint32(0x9E3779B1)
+    x = x + jnp.asarray(step).astype(jnp.uint32) * jnp.uint32(0x85EBCA77)
+    x = (x ^ (x >> 16)) * jnp.uint32(0x7FEB352D)
+    x = (x ^ (x >> 15)) * jnp.uint32(0x846CA68B)
+    x = x ^ (x >> 16)
+    return x < jnp.uint32(min(int(rate * 2**32), 2**32 - 1))
+
+
+def hashed_trains(steps: int, n: int, rate: float, batch: int | None = None) -> Any:
+    """The (steps, n[, batch]) spikes :func:`hashed_spikes` gives, for checks outside a loop."""
+    return jnp.stack([hashed_spikes(t, n, rate, batch) for t in range(steps)])
+
+
 MIN_SAMPLES = 5  # time_fn with a budget stops early only once it has this many samples
 
 __all__ = [
-    "BE_ERROR", "MIN_SAMPLES", "NA_BE", "Table", "brainevent", "clean", "err_cell", "finish", "fmt_t",
+    "BE_ERROR", "GRAPH_LOOPS", "MIN_SAMPLES", "NA_BE", "hashed_spikes", "hashed_trains", "Table", "brainevent", "clean", "err_cell", "finish", "fmt_t",
     "loaded", "log", "machine_info", "print_header", "ratio", "run_sections", "time_fn", "timed_call_cell",
 ]
 

@@ -14,6 +14,9 @@ in turn, in a fresh source directory and an empty cache:
   edit    the load after one of the four files was edited (a constant changed);
   hit     a load of the unchanged directory (median over --repeats).
 
+Then the first call of a Numba kernel (``numba_kernel``, and ``numba_cuda_kernel`` with a GPU)
+in a fresh process: with empty caches, and in the following processes.
+
 Every figure is the time of the load call alone, inside its own ``python -c`` subprocess that
 has already imported jax, initialised its backends and imported the library.
 
@@ -21,7 +24,8 @@ Libraries: xlakern (``load_cpp_dir`` / ``load_cuda_dir``), BrainEvent 0.3.0 (its
 ``load_cuda_dir``; it has no ``load_cpp_dir``, so its C++ column passes the four files' text to
 ``load_cpp_inline`` as its ``load_cuda_dir`` does for CUDA) and ``torch.utils.cpp_extension.load``
 (a plain shared library, ``is_python_module=False``, ninja-built, with xlakern's headers
-force-included so the same files compile). A column whose library is not importable is skipped.
+force-included so the same files compile). Each file's helper has a name of its own, because
+BrainEvent compiles a directory's files as one translation unit. A column whose library is not importable is skipped.
 xlakern's and BrainEvent's results are checked against NumPy after each load (not timed); torch
 builds only (it does not call the kernels).
 """
@@ -51,13 +55,13 @@ CPP_FILE = r"""
 #include <cmath>
 #include "brainevent/common.h"
 
-template <typename T> static T softsign_scale(T v, T f) {{ return f * v / (T(1) + std::fabs(v)); }}
+template <typename T> static T {fn}_scale(T v, T f) {{ return f * v / (T(1) + std::fabs(v)); }}
 
 // @BE {fn} arg ret
 void {fn}(const BE::Tensor x, BE::Tensor out) {{
   const float* in = static_cast<const float*>(x.data_ptr());
   float* o = static_cast<float*>(out.data_ptr());
-  for (int64_t i = 0; i < x.numel(); ++i) o[i] = softsign_scale(in[i], {factor}f);
+  for (int64_t i = 0; i < x.numel(); ++i) o[i] = {fn}_scale(in[i], {factor}f);
 }}
 """
 
@@ -65,11 +69,11 @@ CUDA_FILE = r"""
 #include <cuda_runtime.h>
 #include "brainevent/common.h"
 
-template <typename T> __device__ T softsign_scale(T v, T f) {{ return f * v / (T(1) + fabsf(v)); }}
+template <typename T> __device__ T {fn}_scale(T v, T f) {{ return f * v / (T(1) + fabsf(v)); }}
 
 __global__ void {fn}_kernel(const float* x, float* o, int n) {{
   int k = blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) o[k] = softsign_scale(x[k], {factor}f);
+  if (k < n) o[k] = {fn}_scale(x[k], {factor}f);
 }}
 
 // @BE {fn} arg ret stream
@@ -125,6 +129,69 @@ print("XKBENCH " + json.dumps({"load_s": load_s, "ok": ok}), flush=True)
 
 LIBS = ("xlakern", "brainevent", "torch")
 
+# The kernels of the Numba first-call figures, written to a file so Numba's own cache=True can
+# keep them (it caches only functions defined in files).
+NUMBA_KERNELS = r"""
+import numba
+from numba import cuda
+
+
+@numba.njit(cache=True)
+def leak(v, i, out):
+    for k in range(v.size):
+        out[k] = v[k] * 0.95 + i[k]
+
+
+@cuda.jit(cache=True)
+def leak_cuda(v, i, out):
+    k = cuda.grid(1)
+    if k < v.size:
+        out[k] = v[k] * 0.95 + i[k]
+"""
+
+NUMBA_WORKER = r"""
+import json, sys, time
+import numpy as np
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+import jax
+lib, kind, kdir = sys.argv[1], sys.argv[2], sys.argv[3]
+jax.devices()
+sys.path.insert(0, kdir)
+if lib == "xlakern":
+    import xlakern as L
+elif lib == "brainevent":
+    import brainevent as L
+import leak_kernels as K
+dev = jax.devices("cpu" if kind == "cpu" else "gpu")[0]
+v = jax.device_put(np.random.default_rng().standard_normal(4096).astype(np.float32), dev)
+i = jax.device_put(np.random.default_rng().standard_normal(4096).astype(np.float32), dev)
+out = jax.ShapeDtypeStruct(v.shape, v.dtype)
+vn, i_n = np.asarray(v), np.asarray(i)
+if lib == "numba" and kind == "gpu":  # Numba's own floor: its arrays, its launch
+    from numba import cuda
+    dv, di, dout = cuda.to_device(vn), cuda.to_device(i_n), cuda.device_array_like(vn)
+t = time.perf_counter()
+if lib == "numba":
+    if kind == "cpu":
+        y = np.empty_like(vn)
+        K.leak(vn, i_n, y)
+    else:
+        K.leak_cuda[(vn.size + 255) // 256, 256](dv, di, dout)
+        cuda.synchronize()
+elif kind == "cpu":
+    f = L.numba_kernel(K.leak, outs=out)
+    y = jax.block_until_ready(f(v, i))
+else:
+    f = L.numba_cuda_kernel(K.leak_cuda, outs=out, launch_dims=v.shape[0])
+    y = jax.block_until_ready(f(v, i))
+load_s = time.perf_counter() - t
+if lib == "numba" and kind == "gpu":
+    y = dout.copy_to_host()
+ok = bool(np.allclose(np.asarray(y), vn * 0.95 + i_n, rtol=1e-5, atol=1e-6))
+print("XKBENCH " + json.dumps({"load_s": load_s, "ok": ok}), flush=True)
+"""
+
 
 def available(lib: str) -> str | None:
     """None when ``lib`` can run here, else why not."""
@@ -135,8 +202,9 @@ def available(lib: str) -> str | None:
     return None
 
 
-def run_worker(lib: str, kind: str, directory: Path, name: str, factors: dict, env: dict) -> float:
-    p = subprocess.run([sys.executable, "-c", WORKER, lib, kind, str(directory), name, json.dumps(factors)],
+def run_worker(lib: str, kind: str, directory: Path, name: str, factors: dict, env: dict,
+               script: str = WORKER) -> float:
+    p = subprocess.run([sys.executable, "-c", script, lib, kind, str(directory), name, json.dumps(factors)],
                        env=env, capture_output=True, text=True, timeout=1800)
     for line in p.stdout.splitlines():
         if line.startswith("XKBENCH "):
@@ -199,6 +267,40 @@ def section(kind: str, repeats: int, tmp_root: str) -> list[Table]:
     return [t]
 
 
+def numba_section(repeats: int, tmp_root: str, gpu: bool) -> list[Table]:
+    """First call of a Numba kernel in a fresh process: with empty caches, then with warm ones."""
+    libs = [lib for lib in ("xlakern", "brainevent", "numba") if available(lib) is None]
+    kinds = ["cpu"] + (["gpu"] if gpu else [])
+    t = Table("build_numba", "First Numba kernel call in a fresh process",
+              ["kernel", "measurement", *libs],
+              f"Wrapping the kernel plus its first call, inside a fresh process that has imported jax and the "
+              f"library; the kernels are @njit(cache=True) / @cuda.jit(cache=True) in a file. first: empty "
+              f"Numba and library caches; again: the next processes (median of {repeats}). numba: the kernel "
+              f"called by Numba itself on NumPy / Numba device arrays (no JAX): Numba's own first-call floor.")
+    for kind in kinds:
+        cells: dict[str, dict[str, str]] = {"first": {}, "again": {}}
+        data: dict[str, Any] = {}
+        for lib in libs:
+            log(f"numba {kind}: {lib}")
+            try:
+                root = Path(tempfile.mkdtemp(prefix=f"numba-{lib}-{kind}-", dir=tmp_root))
+                (root / "leak_kernels.py").write_text(NUMBA_KERNELS)
+                env = dict(os.environ, XLAKERN_CACHE_DIR=str(root / "xk-cache"),
+                           BRAINEVENT_CACHE_DIR=str(root / "be-cache"), NUMBA_CACHE_DIR=str(root / "numba-cache"),
+                           XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
+                env.pop("XLAKERN_QUIET", None)
+                first = run_worker(lib, kind, root, "-", {}, env, NUMBA_WORKER)
+                again = [run_worker(lib, kind, root, "-", {}, env, NUMBA_WORKER) for _ in range(repeats)]
+                data[f"{lib}_{kind}"] = {"first_s": first, "again_s": again}
+                cells["first"][lib], cells["again"][lib] = fmt_t(first), fmt_t(statistics.median(again))
+            except Exception as e:  # noqa: BLE001 -- the cell says what failed
+                cells["first"][lib] = cells["again"][lib] = err_cell(e)
+        label = "numba_kernel (CPU)" if kind == "cpu" else "numba_cuda_kernel (GPU)"
+        for m, text in (("first", "first process (empty caches)"), ("again", "next process")):
+            t.add([label, text, *(cells[m][lib] for lib in libs)], {"kind": kind, "measurement": m, **data})
+    return [t]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the tables as JSON here")
@@ -213,7 +315,9 @@ def main() -> None:
     except xlakern.ToolchainError:
         kinds = ["cpp"]
     with tempfile.TemporaryDirectory(prefix="xk-bench-build-") as tmp_root:
-        tables = run_sections([(k, lambda k=k: section(k, args.repeats, tmp_root)) for k in kinds])
+        sections = [(k, lambda k=k: section(k, args.repeats, tmp_root)) for k in kinds]
+        sections.append(("numba", lambda: numba_section(args.repeats, tmp_root, bool(info["gpu"]))))
+        tables = run_sections(sections)
     finish(t_start, info, tables, args.json)
 
 
