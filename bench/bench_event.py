@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, log, machine_info, print_header, ratio,
-                       run_sections, time_fn)
+from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, hashed_trains, log,
+                       machine_info, print_header, ratio, run_sections, time_fn)
 
 import jax
 import jax.numpy as jnp
@@ -66,15 +66,22 @@ def spike_trains(n: int, rate: float, seed: int = 1):
 
 
 UNROLL = 1  # set by --unroll
+HASH_RATE: float | None = None  # set by --graph-loops: spikes come from a hash of the step counter
 
 
 def scan_loop(step: tuple[Callable, Any], n_out: int) -> Callable:
-    """jit of a 100-step scan whose carry is each step's output. ``step`` is (fn(s, M), M): the
+    """jit of a 100-step loop whose carry is each step's output. ``step`` is (fn(s, M), M): the
     connectivity M is an argument of the jitted loop, never a constant baked into the program."""
     step_fn, operand = step
+    rate = HASH_RATE
 
     @jax.jit
     def run(S, M):
+        if rate is not None:  # spikes from the counter: the loop can be one CUDA graph
+            n_in = S.shape[1]
+            return jax.lax.fori_loop(0, STEPS, lambda t, c: step_fn(hashed_spikes(t, n_in, rate), M).astype(
+                jnp.float32), jnp.zeros((n_out,), jnp.float32), unroll=UNROLL)
+
         def body(c, s):
             return step_fn(s, M).astype(jnp.float32), None
         out, _ = jax.lax.scan(body, jnp.zeros((n_out,), jnp.float32), S, unroll=UNROLL)
@@ -113,11 +120,20 @@ def xlakern_steps(w, idx, ptr, n):
 def brainevent_steps(w, idx, ptr, n):
     # BrainEvent's layouts cannot be jit arguments (their pytree metadata holds arrays), so its
     # functional operators (what its `@` calls) take the raw arrays.
+    # Its binary CSR operators also take the task workspace its CSR class prepares from indptr
+    # (made here by the helper its own docstring and benchmarks use).
     be = brainevent
-    csr = (jnp.asarray(w.reshape(-1)), jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr))
+    from brainevent._csr.binary import _make_binary_csrmv_benchmark_workspace
+
+    ws = _make_binary_csrmv_benchmark_workspace(jnp.asarray(ptr))
+    csr = (jnp.asarray(w.reshape(-1)), jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr), ws)
+
+    def be_csr(transpose):
+        return lambda s, M: be.binary_csrmv(*M[:3], s, shape=(n, n), workspace=M[3], transpose=transpose)
+
     fcn = (jnp.asarray(w), jnp.asarray(idx))
-    return {"s @ CSR": (lambda s, M: be.binary_csrmv(*M, s, shape=(n, n), transpose=True), csr),
-            "CSR @ s": (lambda s, M: be.binary_csrmv(*M, s, shape=(n, n), transpose=False), csr),
+    return {"s @ CSR": (be_csr(True), csr),
+            "CSR @ s": (be_csr(False), csr),
             "s @ FCN": (lambda s, M: be.binary_fcnmv(*M, s, shape=(n, n), transpose=True), fcn)}
 
 
@@ -172,6 +188,7 @@ def floor_bytes(n: int, rate: float) -> float:
 
 
 def section(platform: str, args) -> list[Table]:
+    global HASH_RATE
     device = jax.devices(platform)[0]
     sizes = args.sizes or SIZES[platform]
     bw = copy_bandwidth(device)
@@ -182,7 +199,10 @@ def section(platform: str, args) -> list[Table]:
         headers += [f"xlakern {c}", f"{be_name} {c}", "BE / xk"]
     headers += ["BCSR s @ M"] + (["cuSPARSE s @ M"] if platform == "gpu" else []) + ["floor", "xk / floor", "check"]
     table = Table(f"event_{platform}", f"Event-driven products per step, {platform} ({device.device_kind})", headers,
-                  note=f"Per call inside a jitted {STEPS}-step scan (unroll={UNROLL}); K = {K}; float32 weights, int32 indices. "
+                  note=(f"Per call inside a jitted {STEPS}-step fori_loop under enable_cuda_graph_loops() (spikes hashed "
+                        "from the step counter); " if args.graph_loops else
+                        f"Per call inside a jitted {STEPS}-step scan (unroll={UNROLL}); ") +
+                       f"K = {K}; float32 weights, int32 indices. "
                        f"floor = scatter bytes / copy bandwidth ({bw / 1e9:.0f} GB/s measured).")
     with jax.default_device(device):
         for n in sizes:
@@ -199,7 +219,11 @@ def section(platform: str, args) -> list[Table]:
                 if be_steps is not None:
                     be_steps["s @ dense"] = (lambda s, D: brainevent.binary_densemv(D, s, transpose=True), dense)
             for rate in RATES:
-                S = spike_trains(n, rate)
+                if args.graph_loops:
+                    HASH_RATE = rate
+                    S = hashed_trains(STEPS, n, rate)
+                else:
+                    S = spike_trains(n, rate)
                 log(f"{platform} N={n} rate={rate}")
                 cells, data, checks = [f"{n:,}", f"{rate:.0%}"], {"n": n, "rate": rate}, []
                 xk_scatter = None
@@ -236,6 +260,7 @@ def section(platform: str, args) -> list[Table]:
                     checks.append(bool(np.allclose(np.asarray(got), np.asarray(ref), rtol=1e-4, atol=1e-3)))
                 cells.append("ok" if checks and all(checks) else ("MISMATCH" if checks else "—"))
                 table.add(cells, data)
+                log("row: " + " | ".join(cells))  # partial results survive a timeout
             del dense
     return [table]
 
@@ -250,6 +275,10 @@ def main() -> int:
     ap.add_argument("--unroll", type=int, default=1,
                     help="lax.scan unroll (default 1); a larger one removes the loop's per-step overhead from "
                          "every column alike")
+    ap.add_argument("--graph-loops", action="store_true",
+                    help="run with xlakern.config.enable_cuda_graph_loops() (loops as CUDA graphs where every "
+                         "op allows it; the flags apply to every library in the run) and spikes hashed from "
+                         "the step counter inside the loop")
     args = ap.parse_args()
     global UNROLL
     UNROLL = args.unroll

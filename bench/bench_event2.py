@@ -34,8 +34,8 @@ from typing import Callable
 
 import numpy as np
 
-from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, log, machine_info, print_header, ratio,
-                       run_sections, time_fn)
+from _benchlib import (GRAPH_LOOPS, NA_BE, Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, hashed_trains,
+                       log, machine_info, print_header, ratio, run_sections, time_fn)
 
 import jax
 import jax.numpy as jnp
@@ -50,18 +50,27 @@ BATCH = 16
 
 
 def spike_trains(n: int, seed: int = 1, batch: int | None = None):
+    if GRAPH_LOOPS:  # the loops below hash each step's spikes from the counter: the same ones
+        return hashed_trains(STEPS, n, RATE, batch)
     shape = (STEPS, n) if batch is None else (STEPS, n, batch)
     return jax.random.bernoulli(jax.random.PRNGKey(seed), RATE, shape)
 
 
+def step_loop(body: Callable, init, S):
+    """The 100-step loop: ``body(carry, spikes_t) -> carry`` over the rows of S, or, under
+    --graph-loops, over spikes hashed from the step counter (no scanned slice: one CUDA graph)."""
+    if GRAPH_LOOPS:
+        n, batch = S.shape[1], (S.shape[2] if S.ndim == 3 else None)
+        return jax.lax.fori_loop(0, STEPS, lambda t, c: body(c, hashed_spikes(t, n, RATE, batch)), init)
+    return jax.lax.scan(lambda c, s: (body(c, s), None), init, S)[0]
+
+
 def scan_loop(step_fn: Callable, out_shape: tuple) -> Callable:
-    """jit of a 100-step scan whose carry is each step's output."""
+    """jit of a 100-step loop whose carry is each step's output."""
 
     @jax.jit
     def run(S):
-        def body(c, s):
-            return step_fn(s).astype(jnp.float32), None
-        return jax.lax.scan(body, jnp.zeros(out_shape, jnp.float32), S)[0]
+        return step_loop(lambda c, s: step_fn(s).astype(jnp.float32), jnp.zeros(out_shape, jnp.float32), S)
 
     return run
 
@@ -95,7 +104,7 @@ def jitc_section(platform: str, args, device) -> Table:
         headers += [f"xlakern {c}", f"BrainEvent {c}", "BE / xk"]
     headers += ["stored CSR s @ W", "JITC / CSR", "check"]
     table = Table(f"jitc_{platform}", f"JITC products per step, {platform} ({device.device_kind})", headers,
-                  note=f"Per call inside a jitted {STEPS}-step scan; {RATE:.0%} of neurons spiking; scalar weight "
+                  note=f"Per call inside a jitted {STEPS}-step {'fori_loop as a CUDA graph' if GRAPH_LOOPS else 'scan'}; {RATE:.0%} of neurons spiking; scalar weight "
                        f"0.1, prob = K / N; stored CSR: K random targets, float32 weights, int32 indices.")
     for n in args.sizes or SIZES[platform]:
         S, SB = spike_trains(n), spike_trains(n, batch=BATCH)
@@ -136,6 +145,7 @@ def jitc_section(platform: str, args, device) -> Table:
                 checks.append(np.allclose(np.asarray(xk["s @ W"][0](S[-1])), s @ M, rtol=1e-4, atol=1e-4))
             cells.append("ok" if checks and all(checks) else ("MISMATCH" if checks else "—"))
             table.add(cells, data)
+            log("row: " + " | ".join(cells))  # partial results survive a timeout
     return table
 
 
@@ -155,9 +165,8 @@ def plasticity_section(platform: str, args, device) -> Table:
         def loop(lib):
             @jax.jit
             def run(S):
-                def body(wc, s):
-                    return lib.update_csr_on_binary_pre(wc, idx, ptr, s, trace, 0.0, 1.0, shape=(n, n)), None
-                return jax.lax.scan(body, w, S)[0]
+                return step_loop(lambda wc, s: lib.update_csr_on_binary_pre(wc, idx, ptr, s, trace, 0.0, 1.0,
+                                                                            shape=(n, n)), w, S)
             return run
 
         xc, xt, xo = per_step(lambda: loop(xlakern), S, args)
@@ -169,6 +178,7 @@ def plasticity_section(platform: str, args, device) -> Table:
         check = "—" if xo is None or bo is None else (
             "ok" if np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-5, atol=1e-6) else "MISMATCH")
         table.add([f"{n:,}", str(k), xc, bc, ratio(bt, xt), check], {"n": n, "xlakern_s": xt, "brainevent_s": bt})
+        log(f"row: {n:,} | {k} | {xc} | {bc} | {ratio(bt, xt)} | {check}")
     return table
 
 
@@ -185,6 +195,9 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=3.0, help="seconds per figure before stopping early")
     ap.add_argument("--sizes", type=int, nargs="*", help="override N (default: 40k, 400k, 4M GPU; 4k, 40k CPU)")
     ap.add_argument("--platforms", nargs="*", default=None, help="cpu and/or gpu (default: both where present)")
+    ap.add_argument("--graph-loops", action="store_true",
+                    help="run under xlakern.config.enable_cuda_graph_loops() (for every library in the run), "
+                         "with spikes hashed from the step counter inside the loop")
     ap.add_argument("--csr-max-gb", type=float, default=16.0, help="largest stored CSR (indices + weights) to build")
     args = ap.parse_args()
     t_start = time.perf_counter()

@@ -33,7 +33,7 @@ import time
 from typing import Any, Callable
 
 import numpy as np
-from _benchlib import Table, err_cell, finish, fmt_t, loaded, log, machine_info, print_header, ratio, run_sections, time_fn
+from _benchlib import GRAPH_LOOPS, Table, err_cell, finish, fmt_t, loaded, log, machine_info, print_header, ratio, run_sections, time_fn
 
 import jax
 import jax.numpy as jnp
@@ -202,7 +202,8 @@ def _interleaved(fns: Any, args: tuple, runs: int, rounds: int = 5) -> list[floa
 def _section(platform: str) -> list[Table]:
     device = jax.devices("gpu" if platform == "gpu" else "cpu")[0]
     rng = np.random.default_rng(0)
-    table = Table(f"zeroed_{platform}", f"zeroed_outputs vs jnp.zeros + aliased input ({platform.upper()})",
+    table = Table(f"zeroed_{platform}", f"zeroed_outputs vs jnp.zeros + aliased input ({platform.upper()}"
+                  + (", loops as CUDA graphs)" if GRAPH_LOOPS else ")"),
                   ["workload", "path", "zeroed / call", "jnp.zeros+alias / call", "ratio", "zeroed / step",
                    "jnp.zeros+alias / step", "ratio", "check"],
                   note=f"Per call: eager median of {RUNS}. Per step: a jitted {STEPS}-step fori_loop / {STEPS}. "
@@ -250,6 +251,10 @@ def _section(platform: str) -> list[Table]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="also write the tables (and raw samples) to this JSON file")
+    ap.add_argument("--graph-loops", action="store_true",
+                    help="run under xlakern.config.enable_cuda_graph_loops(): every loop body becomes a CUDA "
+                         "graph, whatever its size (under default flags XLA captures only bodies of >= 5 ops, "
+                         "so the variant with one op fewer can fall outside the graph)")
     args = ap.parse_args()
     t_start = time.perf_counter()
     info = machine_info()
