@@ -21,15 +21,20 @@ Seed code written for BrainEvent runs with ``import xlakern as brainevent``.
 from ._version import __version__
 from . import _compat  # noqa: F401  (NumPy 2.5 alias numba-cuda needs; see _compat)
 from .errors import (
+    BackendError,
     CacheError,
     CallError,
     CompilationError,
     ConfigError,
     KernelError,
+    KernelGenerationError,
     OptionError,
+    PlatformError,
     RegistrationError,
     SpecError,
     ToolchainError,
+    WarpNotInstalledError,
+    WarpTypeError,
     XlakernError,
 )
 from ._cache import get_cache_dir, set_cache_dir
@@ -52,8 +57,8 @@ from ._numba_cpu import numba_kernel, numba_kernel_cache_info
 from ._numba_cuda import numba_cuda_callable, numba_cuda_kernel, numba_cuda_launch_config
 # Custom primitives (XLACustomKernel), backend config and Warp helpers.
 from . import config
-from ._primitive import BackendError, KernelEntry, KernelGenerationError, XLACustomKernel
-from ._warp import WarpNotInstalledError, WarpTypeError, jaxinfo_to_warpinfo, jaxtype_to_warptype
+from ._primitive import KernelEntry, XLACustomKernel
+from ._warp import jaxinfo_to_warpinfo, jaxtype_to_warptype
 
 __all__ = [
     "__version__",
@@ -67,6 +72,7 @@ __all__ = [
     "ConfigError",
     "CacheError",
     "OptionError",
+    "PlatformError",
     "CompiledModule",
     "CompiledFunction",
     "load_cpp_inline",

@@ -38,18 +38,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import config as _config
-from .errors import XlakernError
+# The errors live in errors.py; imported here too, where they were first defined.
+from .errors import BackendError, KernelGenerationError, XlakernError
 
 __all__ = ["XLACustomKernel", "KernelEntry", "BackendError", "KernelGenerationError"]
-
-
-class BackendError(XlakernError, LookupError):
-    """No kernel for the platform, or an unknown backend was asked for (message lists what is registered)."""
-
-
-class KernelGenerationError(XlakernError, RuntimeError):
-    """A kernel generator, or tracing the function it returned, failed (the cause is chained)."""
-
 
 # mlir lowering platform -> the platform name kernels are registered under.
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}

@@ -24,18 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import XlakernError
+# The errors live in errors.py; importable from here too, where they were first defined.
+from .errors import WarpNotInstalledError, WarpTypeError
 
 __all__ = ["jaxtype_to_warptype", "jaxinfo_to_warpinfo", "WarpNotInstalledError", "WarpTypeError",
            "require_warp", "warp_jax_kernel"]
-
-
-class WarpNotInstalledError(XlakernError, ImportError):
-    """A Warp backend or helper was used but the ``warp-lang`` package is not installed."""
-
-
-class WarpTypeError(XlakernError, ValueError):
-    """A dtype or shape that Warp arrays cannot carry (bfloat16, complex, 0-d)."""
 
 
 def require_warp() -> Any:

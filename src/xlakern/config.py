@@ -17,7 +17,8 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from .errors import ConfigError, XlakernError
+# PlatformError lives in errors.py; importable from here too, where it was first defined.
+from .errors import ConfigError, PlatformError, XlakernError
 
 __all__ = ["set_backend", "get_backend", "clear_backends", "backends", "PLATFORMS",
            "enable_cuda_graph_loops", "cuda_graph_loop_flags"]
@@ -63,10 +64,6 @@ def canonical_platform(platform: str) -> str:
         raise PlatformError(f"unknown platform {platform!r}; use one of {', '.join(PLATFORMS)} "
                             f"('cuda' is accepted for 'gpu')")
     return p
-
-
-class PlatformError(XlakernError, ValueError):
-    """A platform name is not one of 'cpu', 'gpu', 'tpu'."""
 
 
 def _publish() -> None:
