@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import _bridge, _build, _cache, _codegen, _runtime, _toolchain
+from ._dtypes import SUPPORTED_DTYPES
 from ._spec import EntryPoint, Source, resolve_entry_points
 from .errors import CallError, OptionError, RegistrationError, SpecError, XlakernError
 
@@ -25,11 +26,6 @@ MAX_NAME_LENGTH = 100
 _MODULES: dict[str, "CompiledModule"] = {}
 _LOAD_LOCK = threading.RLock()
 
-# Element types an xk::Tensor can carry (the 15 JAX dtypes).
-SUPPORTED_DTYPES = frozenset(
-    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
-)
 _MAX_DIMS = 8
 
 

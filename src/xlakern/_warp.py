@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 # The errors live in errors.py; importable from here too, where they were first defined.
+from ._dtypes import WARP_SCALARS  # numpy dtype name -> Warp scalar name (no bfloat16, no complex)
 from .errors import WarpNotInstalledError, WarpTypeError
 
 __all__ = ["jaxtype_to_warptype", "jaxinfo_to_warpinfo", "WarpNotInstalledError", "WarpTypeError",
@@ -39,15 +40,6 @@ def require_warp() -> Any:
         raise WarpNotInstalledError(
             f"Warp is not installed ({e}); install it with `pip install warp-lang`") from None
     return warp
-
-
-# numpy dtype name -> warp scalar type attribute name. Warp has no bfloat16 and no complex.
-_WARP_SCALARS = {
-    "bool": "bool",
-    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
-    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
-    "float16": "float16", "float32": "float32", "float64": "float64",
-}
 
 
 def jaxtype_to_warptype(dtype: Any) -> Any:
@@ -65,15 +57,15 @@ def jaxtype_to_warptype(dtype: Any) -> Any:
         name = np.dtype(dtype).name
     except TypeError:
         name = str(getattr(dtype, "name", dtype))
-    if name not in _WARP_SCALARS:
+    if name not in WARP_SCALARS:
         hint = ("Warp has no bfloat16; compute in float32 (x.astype(jnp.float32)) around the kernel"
                 if name == "bfloat16" else
                 "Warp has no complex scalars; pass real and imaginary parts as two float arrays"
                 if name.startswith("complex") else
-                f"supported: {', '.join(_WARP_SCALARS)}")
+                f"supported: {', '.join(WARP_SCALARS)}")
         raise WarpTypeError(f"dtype {name} cannot be a Warp array element: {hint}")
     warp = require_warp()
-    return getattr(warp, _WARP_SCALARS[name])
+    return getattr(warp, WARP_SCALARS[name])
 
 
 def jaxinfo_to_warpinfo(info: Any) -> Any:
