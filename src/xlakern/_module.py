@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import _bridge, _build, _cache, _codegen, _runtime, _toolchain
+from ._arrays import as_struct, describes_array
 from ._dtypes import SUPPORTED_DTYPES
 from ._spec import EntryPoint, Source, resolve_entry_points
 from .errors import CallError, OptionError, RegistrationError, SpecError, XlakernError
@@ -95,11 +96,10 @@ def _coerce_attr(fn: str, name: str, attr_type: str, value: Any) -> Any:
 
 
 def _check_array(fn: str, what: str, i: int, x: Any) -> None:
-    dtype = getattr(x, "dtype", None)
-    shape = getattr(x, "shape", None)
-    if dtype is None or shape is None:
+    if not describes_array(x):
         raise CallError(f"{fn}: {what} {i} must be an array (or jax.ShapeDtypeStruct for outputs); got "
                         f"{type(x).__name__}")
+    dtype, shape = x.dtype, x.shape
     if np.dtype(dtype).name not in SUPPORTED_DTYPES:
         raise CallError(f"{fn}: {what} {i} has dtype {np.dtype(dtype).name}, which xk::Tensor cannot carry; "
                         f"supported: {', '.join(sorted(SUPPORTED_DTYPES))}")
@@ -175,7 +175,7 @@ class CompiledFunction:
         values[_codegen.CONTROL_ATTR] = np.array(
             [zero, *(len(x.shape) for x in arrays), *(len(o.shape) for o in flat_outs)], np.int64)
         results = _bridge.run_ffi(_codegen.control_target(self.target),
-                                  [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in flat_outs],
+                                  [as_struct(o) for o in flat_outs],
                                   arrays, values, vmap_method, input_output_aliases)
         if traced:  # the platform is known only when the trace is lowered: check it there
             results = [_platform_guard().bind(r, target=self.target, platform=self.module.platform)

@@ -38,6 +38,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import config as _config
+from ._arrays import as_struct, describes_array
 # The errors live in errors.py; imported here too, where they were first defined.
 from .errors import BackendError, KernelGenerationError, XlakernError
 
@@ -86,12 +87,10 @@ def _core():
 
 
 def _struct(o: Any, op: str, i: int):
-    jax = _jax()
-    shape, dtype = getattr(o, "shape", None), getattr(o, "dtype", None)
-    if shape is None or dtype is None:
+    if not describes_array(o):
         raise _call_error(f"{op}: outs[{i}] must be a jax.ShapeDtypeStruct (or have .shape and .dtype); "
                           f"got {type(o).__name__}")
-    return jax.ShapeDtypeStruct(tuple(int(s) for s in shape), np.dtype(dtype))
+    return as_struct(o)
 
 
 def _call_error(msg: str):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 # The errors live in errors.py; importable from here too, where they were first defined.
+from ._arrays import describes_array
 from ._dtypes import WARP_SCALARS  # numpy dtype name -> Warp scalar name (no bfloat16, no complex)
 from .errors import WarpNotInstalledError, WarpTypeError
 
@@ -82,11 +83,10 @@ def jaxinfo_to_warpinfo(info: Any) -> Any:
         t.dtype      # warp.float32
         t.ndim       # 1
     """
-    shape = getattr(info, "shape", None)
-    dtype = getattr(info, "dtype", None)
-    if shape is None or dtype is None:
+    if not describes_array(info):
         raise WarpTypeError(f"jaxinfo_to_warpinfo needs a jax.ShapeDtypeStruct (shape and dtype); "
                             f"got {type(info).__name__}")
+    shape, dtype = info.shape, info.dtype
     if len(shape) == 0:
         raise WarpTypeError("a 0-d array cannot be a Warp array (Warp arrays have 1 to 4 dimensions); "
                             "describe the scalar as shape (1,) and index it with [0]")
