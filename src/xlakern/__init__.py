@@ -18,6 +18,8 @@ Example::
 Seed code written for BrainEvent runs with ``import xlakern as brainevent``.
 """
 
+import importlib as _importlib
+
 from ._version import __version__
 from . import _compat  # noqa: F401  (NumPy 2.5 alias numba-cuda needs; see _compat)
 from .errors import (
@@ -129,9 +131,7 @@ __all__ += ["event", *_EVENT_NAMES]
 
 
 def __getattr__(name):
-    import importlib
-
-    event = importlib.import_module(".event", __name__)
+    event = _importlib.import_module(".event", __name__)
     if name == "event":
         return event
     if name in _EVENT_NAMES:

@@ -14,16 +14,13 @@ import contextlib
 import sys
 from pathlib import Path
 
-from . import _cache
+from . import _cache, _diagnostics
+from ._numba_cpu import _configure_threading
 from ._version import __version__
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from . import _diagnostics
-
     with contextlib.suppress(Exception):  # start Numba's threads as xlakern would, to report the layer
-        from ._numba_cpu import _configure_threading
-
         _configure_threading()
     _diagnostics.print_diagnostics(command_line=True)
     return 0

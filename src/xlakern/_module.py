@@ -12,9 +12,12 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import jax
+import ml_dtypes
 import numpy as np
+from jax.interpreters import ad, batching, mlir
 
-from . import _bridge, _build, _cache, _codegen, _runtime, _toolchain
+from . import _bridge, _build, _cache, _codegen, _compat, _runtime, _toolchain
 from ._arrays import as_struct, describes_array
 from ._dtypes import SUPPORTED_DTYPES
 from ._spec import EntryPoint, Source, resolve_entry_points
@@ -45,21 +48,16 @@ _uint64_handler_installed = False
 def _large_uint64(value: int) -> Any:
     global _uint64_handler_installed
     if not _uint64_handler_installed:
-        try:
-            from jax._src.interpreters import mlir
-            from jax._src.lib.mlir import ir
-        except ImportError:  # pragma: no cover - a jax without these internals
-            raise CallError(f"uint64 attribute {value} >= 2**63 is not supported by this jax version") from None
-        mlir.register_attribute_handler(
-            _UInt64Bits, lambda v: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), int(v) - 2**64))
+        if not _compat.register_attribute_lowering(
+                _UInt64Bits, lambda v, ir: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), int(v) - 2**64)):
+            raise CallError(  # pragma: no cover - a jax without the internal
+                f"uint64 attribute {value} >= 2**63 is not supported by this jax version; pass it as an input array")
         _uint64_handler_installed = True
     return _UInt64Bits(value)
 
 
 def _coerce_attr(fn: str, name: str, attr_type: str, value: Any) -> Any:
     """Turn a Python/NumPy scalar into exactly the NumPy type the handler decodes."""
-    import jax
-
     if isinstance(value, jax.core.Tracer) or (hasattr(value, "shape") and getattr(value, "shape", ()) != ()):
         raise CallError(
             f"{fn}: attribute '{name}' must be a Python or NumPy scalar known at trace time "
@@ -86,8 +84,6 @@ def _coerce_attr(fn: str, name: str, attr_type: str, value: Any) -> Any:
         raise bad
     if attr_type in ("float16", "bfloat16"):
         if attr_type == "bfloat16":
-            import ml_dtypes
-
             dt = np.dtype(ml_dtypes.bfloat16)
         else:
             dt = np.dtype(np.float16)
@@ -142,8 +138,6 @@ class CompiledFunction:
 
             counts = mod.histogram(x, outs=jax.ShapeDtypeStruct((64,), jnp.int32), zeroed_outputs=[0])
         """
-        import jax
-
         e = self.entry
         if len(arrays) != len(e.args):
             raise CallError(f"{self.target} takes {len(e.args)} input array(s) (spec '{e.spec}'); got {len(arrays)}")
@@ -185,12 +179,7 @@ class CompiledFunction:
 
 def _under_trace() -> bool:
     """Whether a trace (jit, vmap, ...) is active, for calls without inputs to tell by."""
-    try:
-        from jax._src import core
-    except ImportError:  # pragma: no cover - then such calls are checked eagerly only
-        return False
-    check = getattr(core, "trace_state_clean", None)
-    return check is not None and not check()
+    return not _compat.trace_state_clean()
 
 
 _PLATFORM_WORDS = {"cpu": "the CPU", "cuda": "a GPU", "gpu": "a GPU"}
@@ -211,8 +200,6 @@ def _wrong_platform(target: str, module_platform: str, where: str, found: str) -
 def _check_eager_platform(fn: "CompiledFunction", arrays: Sequence[Any]) -> None:
     """A concrete call runs where its inputs live (or on the default device): refuse a wrong one
     before XLA reports a missing handler."""
-    import jax
-
     wanted = "gpu" if fn.module.platform == "cuda" else "cpu"
     for i, x in enumerate(arrays):
         if isinstance(x, jax.Array):
@@ -243,14 +230,11 @@ def _platform_guard():
     global _guard
     with _guard_lock:
         if _guard is None:
-            import functools
-
-            from jax._src import dispatch
+            # Here, not at the top: jax.extend imports Pallas too (~17 ms that `import xlakern` skips).
             from jax.extend.core import Primitive
-            from jax.interpreters import ad, batching, mlir
 
             prim = Primitive("xlakern_platform_check")
-            prim.def_impl(functools.partial(dispatch.apply_primitive, prim))
+            prim.def_impl(_compat.eager_impl(prim))
             prim.def_abstract_eval(lambda x, **_: x)
 
             def lower(ctx, x, *, target, platform):
