@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import xlakern
-from xlakern import _dtypes, _numba_cpu, _numba_cuda, _spec, _toolchain, _warp
+from xlakern import _calling, _dtypes, _numba_cpu, _numba_cuda, _spec, _toolchain, _warp
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def test_table_holds_the_15_jax_dtypes_with_numpys_sizes():
 
 
 def test_python_lists_come_from_the_table():
-    assert xlakern._module.SUPPORTED_DTYPES == {d.name for d in _dtypes.DTYPES}
+    assert _calling.SUPPORTED_DTYPES == {d.name for d in _dtypes.DTYPES}
     numba = {d.name for d in _dtypes.DTYPES if d.numba}
     assert _numba_cpu.NUMBA_CPU_DTYPES == numba == _numba_cuda.NUMBA_CUDA_DTYPES
     assert _spec.ATTR_TYPES == {d.name: d.attr_cpp_type for d in _dtypes.DTYPES if d.attr_cpp_type}
@@ -60,7 +60,7 @@ def test_public_headers_match_the_table(tmp_path):
     out = _cpp_view_of_the_headers(tmp_path)
     count, max_dims = map(int, re.search(r"count (\d+) max_dims (\d+)", out).groups())
     assert count == len(_dtypes.DTYPES)
-    assert max_dims == xlakern._module._MAX_DIMS
+    assert max_dims == _calling._MAX_DIMS
     # xk::DType: enumerator i is entry i, with its name and size (dtype.h).
     enums = re.findall(r"enum (\d+) (\S+) (\d+)", out)
     assert [(name, int(size)) for _, name, size in enums] == [(d.name, d.itemsize) for d in _dtypes.DTYPES]

@@ -41,9 +41,8 @@ from .errors import (
 )
 from ._cache import get_cache_dir, set_cache_dir
 from ._toolchain import include_dir
-from ._module import (
-    CompiledFunction,
-    CompiledModule,
+from ._calling import CompiledFunction, CompiledModule
+from ._loading import (
     clear_cache,
     list_registered_targets,
     load_cpp_dir,
@@ -53,6 +52,7 @@ from ._module import (
     load_cuda_file,
     load_cuda_inline,
 )
+from . import _module  # noqa: F401  (the loaders' old home, reached as xlakern._module)
 from ._diagnostics import print_diagnostics
 from ._dropin import install_as_brainevent
 from ._numba_cpu import numba_kernel, numba_kernel_cache_info
