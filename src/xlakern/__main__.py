@@ -26,9 +26,10 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _entry_size(entry: Path) -> int:
+def _tree_size(directory: Path) -> int:
+    """Bytes of the files under ``directory`` (one cached build)."""
     total = 0
-    for f in entry.rglob("*"):
+    for f in directory.rglob("*"):
         with contextlib.suppress(OSError):
             if f.is_file():
                 total += f.stat().st_size
@@ -43,7 +44,7 @@ def _cache_list(args: argparse.Namespace) -> int:
     for d in names:
         builds = [k for k in d.iterdir() if k.is_dir() and not k.name.startswith(".")]
         if builds:
-            rows.append((d.name, len(builds), sum(_entry_size(k) for k in builds)))
+            rows.append((d.name, len(builds), sum(_tree_size(k) for k in builds)))
     if not rows:
         print("no builds cached")
         return 0

@@ -30,7 +30,7 @@ from ._dtypes import WARP_SCALARS  # numpy dtype name -> Warp scalar name (no bf
 from .errors import WarpNotInstalledError, WarpTypeError
 
 __all__ = ["jaxtype_to_warptype", "jaxinfo_to_warpinfo", "WarpNotInstalledError", "WarpTypeError",
-           "require_warp", "warp_jax_kernel"]
+           "require_warp"]
 
 
 def require_warp() -> Any:
@@ -96,21 +96,3 @@ def jaxinfo_to_warpinfo(info: Any) -> Any:
     warp = require_warp()
     return warp.array(dtype=scalar, ndim=len(shape))
 
-
-def warp_jax_kernel(kernel: Any, **options: Any) -> Any:
-    """Warp's own JAX bridge for ``kernel`` (``warp.jax_kernel`` in recent Warp, else
-    ``warp.jax_experimental.jax_kernel``), for use inside ``def_warp_kernel`` generators.
-
-    Example::
-
-        fn = xlakern.warp_jax_kernel(k, launch_dims=[n], num_outputs=1)
-        y, = fn(x)
-    """
-    warp = require_warp()
-    bridge = getattr(warp, "jax_kernel", None)
-    if bridge is None:
-        try:
-            from warp.jax_experimental import jax_kernel as bridge  # older Warp
-        except ImportError as e:  # pragma: no cover
-            raise WarpNotInstalledError(f"this Warp ({warp.__version__}) has no JAX bridge: {e}") from None
-    return bridge(kernel, **options)
