@@ -30,10 +30,6 @@ from jax._src import core as _jax_core  # noqa: E402
 from jax._src import dispatch as _jax_dispatch  # noqa: E402
 
 try:  # the jax internals below have fallbacks: each may be missing from some jax
-    from jax._src import xla_bridge as _xla_bridge
-except ImportError:  # pragma: no cover
-    _xla_bridge = None
-try:
     from jax._src.interpreters import mlir as _jax_mlir
     from jax._src.lib.mlir import ir as _mlir_ir
 except ImportError:  # pragma: no cover
@@ -106,17 +102,6 @@ def jit_keyed_state(name: str, help: str) -> Any:
         return None
 
 
-def jax_backends_started() -> bool:
-    """Whether JAX has created its backends (after which XLA_FLAGS changes have no effect).
-
-    Stands in for a public "are backends initialised" query, which jax does not have;
-    ``jax._src.xla_bridge.backends_are_initialized`` exists in jax 0.4.3x-0.11 (tested 0.10.2,
-    0.11.2). Without it we answer False, and XLA silently keeps the flags it started with.
-    """
-    probe = getattr(_xla_bridge, "backends_are_initialized", None)
-    return bool(probe()) if probe is not None else False
-
-
 def command_buffer_traits() -> dict[str, Any]:
     """Keywords of ``jax.ffi.register_ffi_target`` that mark a target CUDA-graph (command buffer) safe.
 
@@ -126,3 +111,18 @@ def command_buffer_traits() -> dict[str, Any]:
     """
     traits = getattr(_xla_client, "CustomCallTargetTraits", None)
     return {"traits": traits.COMMAND_BUFFER_COMPATIBLE} if traits is not None else {}
+
+
+def jax_backends_started() -> bool:
+    """Whether JAX has created its backends (after which XLA_FLAGS changes have no effect).
+
+    Stands in for a public "are backends initialised" query, which jax does not have;
+    ``jax._src.xla_bridge.backends_are_initialized`` exists in jax 0.4.3x-0.11 (tested 0.10.2,
+    0.11.2). Without it we answer False, and XLA silently keeps the flags it started with.
+    """
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # pragma: no cover
+        return False
+    probe = getattr(xla_bridge, "backends_are_initialized", None)
+    return bool(probe()) if probe is not None else False
