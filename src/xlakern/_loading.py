@@ -225,8 +225,9 @@ _CPP_OPTIONS_DOC = """
 _CUDA_OPTIONS_DOC = _CPP_OPTIONS_DOC + """
         use_fast_math: compile with nvcc's ``--use_fast_math``.
         extra_cuda_cflags: more nvcc flags, a list or a string.
-        compute_capability: target GPU as ``"9.0"``, ``(9, 0)`` or ``90``; default: the GPU JAX
-            sees, or ``$XLAKERN_CUDA_ARCH``.
+        compute_capability: target GPU as ``"9.0"``, ``(9, 0)`` or ``90``; default:
+            ``$XLAKERN_CUDA_ARCH``, else the GPU JAX sees (with several, the lowest capability:
+            its PTX, built in, runs on the newer ones).
         allow_cuda_graph: let XLA capture the handlers into CUDA graphs (default True)."""
 
 _RETURNS_DOC = """
