@@ -18,25 +18,31 @@ Example::
 Seed code written for BrainEvent runs with ``import xlakern as brainevent``.
 """
 
+import importlib as _importlib
+
 from ._version import __version__
 from . import _compat  # noqa: F401  (NumPy 2.5 alias numba-cuda needs; see _compat)
 from .errors import (
+    BackendError,
     CacheError,
     CallError,
     CompilationError,
     ConfigError,
     KernelError,
+    KernelGenerationError,
     OptionError,
+    PlatformError,
     RegistrationError,
     SpecError,
     ToolchainError,
+    WarpNotInstalledError,
+    WarpTypeError,
     XlakernError,
 )
 from ._cache import get_cache_dir, set_cache_dir
 from ._toolchain import include_dir
-from ._module import (
-    CompiledFunction,
-    CompiledModule,
+from ._calling import CompiledFunction, CompiledModule
+from ._loading import (
     clear_cache,
     list_registered_targets,
     load_cpp_dir,
@@ -46,14 +52,15 @@ from ._module import (
     load_cuda_file,
     load_cuda_inline,
 )
+from . import _module  # noqa: F401  (the loaders' old home, reached as xlakern._module)
 from ._diagnostics import print_diagnostics
 from ._dropin import install_as_brainevent
 from ._numba_cpu import numba_kernel, numba_kernel_cache_info
 from ._numba_cuda import numba_cuda_callable, numba_cuda_kernel, numba_cuda_launch_config
 # Custom primitives (XLACustomKernel), backend config and Warp helpers.
 from . import config
-from ._primitive import BackendError, KernelEntry, KernelGenerationError, XLACustomKernel
-from ._warp import WarpNotInstalledError, WarpTypeError, jaxinfo_to_warpinfo, jaxtype_to_warptype
+from ._primitive import KernelEntry, XLACustomKernel
+from ._warp import jaxinfo_to_warpinfo, jaxtype_to_warptype
 
 __all__ = [
     "__version__",
@@ -67,6 +74,7 @@ __all__ = [
     "ConfigError",
     "CacheError",
     "OptionError",
+    "PlatformError",
     "CompiledModule",
     "CompiledFunction",
     "load_cpp_inline",
@@ -123,9 +131,7 @@ __all__ += ["event", *_EVENT_NAMES]
 
 
 def __getattr__(name):
-    import importlib
-
-    event = importlib.import_module(".event", __name__)
+    event = _importlib.import_module(".event", __name__)
     if name == "event":
         return event
     if name in _EVENT_NAMES:

@@ -14,24 +14,22 @@ import contextlib
 import sys
 from pathlib import Path
 
-from . import _cache
+from . import _cache, _diagnostics
+from ._numba_cpu import _configure_threading
 from ._version import __version__
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from . import _diagnostics
-
     with contextlib.suppress(Exception):  # start Numba's threads as xlakern would, to report the layer
-        from ._numba_cpu import _configure_threading
-
         _configure_threading()
     _diagnostics.print_diagnostics(command_line=True)
     return 0
 
 
-def _entry_size(entry: Path) -> int:
+def _tree_size(directory: Path) -> int:
+    """Bytes of the files under ``directory`` (one cached build)."""
     total = 0
-    for f in entry.rglob("*"):
+    for f in directory.rglob("*"):
         with contextlib.suppress(OSError):
             if f.is_file():
                 total += f.stat().st_size
@@ -46,7 +44,7 @@ def _cache_list(args: argparse.Namespace) -> int:
     for d in names:
         builds = [k for k in d.iterdir() if k.is_dir() and not k.name.startswith(".")]
         if builds:
-            rows.append((d.name, len(builds), sum(_entry_size(k) for k in builds)))
+            rows.append((d.name, len(builds), sum(_tree_size(k) for k in builds)))
     if not rows:
         print("no builds cached")
         return 0

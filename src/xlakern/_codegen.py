@@ -73,7 +73,7 @@ def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bo
             buffers.append(f"&*r{n_ret}")
             n_ret += 1
         elif p.kind == "attr":
-            cpp = ATTR_TYPES[p.attr_type][0]
+            cpp = ATTR_TYPES[p.attr_type]
             binding.append(f'.Attr<{cpp}>({_c_string(p.attr_name)})')
             impl_params.append(f"{cpp} attr_{p.attr_name}")
             call_args.append(f"attr_{p.attr_name}")

@@ -8,6 +8,9 @@ import sys
 from importlib import metadata
 from typing import Callable, TextIO
 
+import jax
+import jaxlib
+
 from . import _bridge, _cache, _runtime, _toolchain
 from ._version import __version__
 
@@ -66,8 +69,6 @@ def nvidia_driver_version() -> str:
 
 
 def _gpus() -> str:
-    import jax
-
     try:
         devices = jax.devices("gpu")
     except RuntimeError:
@@ -77,7 +78,7 @@ def _gpus() -> str:
 
 
 def _threading_layer() -> str:
-    import numba
+    import numba  # optional: imported only when the report asks
     from numba.np.ufunc import parallel
 
     if getattr(parallel, "_is_initialized", False):
@@ -106,9 +107,6 @@ def print_diagnostics(file: TextIO | None = None, *, command_line: bool = False)
         >>> xlakern.print_diagnostics()
         xlakern 0.1.0 ...
     """
-    import jax
-    import jaxlib
-
     out = file or sys.stdout
     rows: list[tuple[str, str]] = [
         ("xlakern", f"{__version__} ({_try(lambda: str(_toolchain.include_dir().parent))})"),

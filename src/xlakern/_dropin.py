@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+import xlakern  # the package itself, already being imported when this module is
+
 from .errors import ConfigError
 
 __all__ = ["install_as_brainevent"]
@@ -30,8 +32,6 @@ def install_as_brainevent(*, replace: bool = False) -> None:
         import brainstate                      # its event layers now run xlakern's kernels
         layer = brainstate.nn.EventFixedProb(1000, 1000, conn_num=0.02, conn_weight=0.1)
     """
-    import xlakern
-
     current = sys.modules.get("brainevent")
     if current is xlakern:
         return

@@ -28,9 +28,7 @@ from .errors import CallError
 
 # Element types a Numba CPU kernel can take through xlakern (float16 is checked at compile time:
 # Numba's CPU target cannot do arithmetic on it).
-NUMBA_CPU_DTYPES = frozenset(
-    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "float32", "float64", "complex64", "complex128"])
+from ._dtypes import NUMBA_DTYPES as NUMBA_CPU_DTYPES  # from the one dtype table
 
 _ENTRY_VERSION = 2  # bump when the generated cfunc changes (2: inputs are read-only)
 

@@ -30,9 +30,7 @@ from ._fingerprint import Fingerprint, fingerprint_dispatcher
 from ._hoist import KernelSwap, without_body_imports
 from .errors import CallError, SpecError
 
-NUMBA_CUDA_DTYPES = frozenset(
-    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "float32", "float64", "complex64", "complex128"])
+from ._dtypes import NUMBA_DTYPES as NUMBA_CUDA_DTYPES  # from the one dtype table
 DEFAULT_BLOCK_2D = (16, 16, 1)
 DEFAULT_BLOCK_3D = (8, 8, 4)
 _MAX_THREADS_PER_BLOCK = 1024

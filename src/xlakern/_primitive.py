@@ -35,21 +35,20 @@ import functools
 import threading
 from typing import Any, Callable, Optional
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.interpreters import ad, mlir
+from jax.interpreters import batching as jax_batching
 
+from . import _bridge, _compat
 from . import config as _config
-from .errors import XlakernError
+from ._arrays import as_struct, describes_array
+from ._warp import require_warp
+# The errors live in errors.py; imported here too, where they were first defined.
+from .errors import BackendError, CallError, KernelGenerationError, XlakernError
 
 __all__ = ["XLACustomKernel", "KernelEntry", "BackendError", "KernelGenerationError"]
-
-
-class BackendError(XlakernError, LookupError):
-    """No kernel for the platform, or an unknown backend was asked for (message lists what is registered)."""
-
-
-class KernelGenerationError(XlakernError, RuntimeError):
-    """A kernel generator, or tracing the function it returned, failed (the cause is chained)."""
-
 
 # mlir lowering platform -> the platform name kernels are registered under.
 _LOWERING_PLATFORMS = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
@@ -69,43 +68,17 @@ class KernelEntry:
     platform: str
     kernel_generator: Callable[..., Callable]
 
-    @property
-    def generator(self) -> Callable[..., Callable]:
-        return self.kernel_generator
-
     def __repr__(self) -> str:
         g = self.kernel_generator
         gname = getattr(g, "__qualname__", None) or getattr(g, "__name__", None) or repr(g)
         return f"KernelEntry(backend={self.backend!r}, platform={self.platform!r}, generator={gname})"
 
 
-def _jax():
-    import jax
-
-    return jax
-
-
-def _core():
-    # jax._src.core rather than jax.core: jax keeps trimming the public jax.core namespace
-    # (ShapedArray, get_aval, Tracer have moved or been deprecated across 0.4 - 0.11).
-    from jax._src import core
-
-    return core
-
-
 def _struct(o: Any, op: str, i: int):
-    jax = _jax()
-    shape, dtype = getattr(o, "shape", None), getattr(o, "dtype", None)
-    if shape is None or dtype is None:
-        raise _call_error(f"{op}: outs[{i}] must be a jax.ShapeDtypeStruct (or have .shape and .dtype); "
-                          f"got {type(o).__name__}")
-    return jax.ShapeDtypeStruct(tuple(int(s) for s in shape), np.dtype(dtype))
-
-
-def _call_error(msg: str):
-    from .errors import CallError
-
-    return CallError(msg)
+    if not describes_array(o):
+        raise CallError(f"{op}: outs[{i}] must be a jax.ShapeDtypeStruct (or have .shape and .dtype); "
+                        f"got {type(o).__name__}")
+    return as_struct(o)
 
 
 def _rewrap(exc: BaseException, msg: str) -> BaseException:
@@ -120,25 +93,19 @@ def _rewrap(exc: BaseException, msg: str) -> BaseException:
 
 def _as_list(result: Any) -> list:
     """A generated function's result (one array, a tuple/list, any pytree) as a flat list."""
-    return list(_jax().tree.leaves(result))
+    return list(jax.tree.leaves(result))
 
 
 def _zero_tangent(x: Any):
-    from jax.interpreters import ad
-
-    aval = _core().get_aval(x)
+    aval = _compat.get_aval(x)
     return ad.Zero(aval.to_tangent_aval())
 
 
 def _is_zero(t: Any) -> bool:
-    from jax.interpreters import ad
-
     return type(t) is ad.Zero
 
 
 def _instantiate(t: Any, aval: Any):
-    import jax.numpy as jnp
-
     if _is_zero(t):
         return jnp.zeros(aval.shape, aval.dtype)
     return t
@@ -185,10 +152,8 @@ class XLACustomKernel:
     """
 
     def __init__(self, name: str, doc: Optional[str] = None, batching: str = "auto"):
-        from jax._src import dispatch
+        # Here, not at the top: jax.extend imports Pallas too (~17 ms that `import xlakern` skips).
         from jax.extend.core import Primitive
-        from jax.interpreters import ad, mlir
-        from jax.interpreters import batching as jax_batching
 
         if not isinstance(name, str) or not name:
             raise XlakernError(f"XLACustomKernel needs a non-empty string name; got {name!r}")
@@ -201,7 +166,7 @@ class XLACustomKernel:
             self.__doc__ = doc
         self.primitive = Primitive(name)
         self.primitive.multiple_results = True
-        self.primitive.def_impl(functools.partial(dispatch.apply_primitive, self.primitive))
+        self.primitive.def_impl(_compat.eager_impl(self.primitive))
         self.primitive.def_abstract_eval(self._abstract_eval)
         # Every platform gets a lowering now, so a platform without kernels reports which
         # platforms have them instead of jax's "MLIR translation rule not found".
@@ -397,10 +362,8 @@ class XLACustomKernel:
         """
         if not callable(rule):
             raise XlakernError(f"{self.name}.def_batching_rule: rule must be callable")
-        from jax.interpreters import batching
-
         self._batching_rule = rule
-        batching.primitive_batchers[self.primitive] = self._user_batching
+        jax_batching.primitive_batchers[self.primitive] = self._user_batching
 
     # ------------------------------------------------------------------ calling
 
@@ -419,32 +382,29 @@ class XLACustomKernel:
 
             y, = op(x, outs=[jax.ShapeDtypeStruct(x.shape, x.dtype)], alpha=0.1)
         """
-        jax = _jax()
-        import jax.numpy as jnp
-
         flat, tree = jax.tree.flatten(outs)
         if not flat:
-            raise _call_error(f"{self.name}: outs= must describe at least one output (jax.ShapeDtypeStruct)")
+            raise CallError(f"{self.name}: outs= must describe at least one output (jax.ShapeDtypeStruct)")
         structs = tuple(_struct(o, self.name, i) for i, o in enumerate(flat))
         if kwargs.get(_ZEROED) is not None:
             kwargs[_ZEROED] = _zeroed_indices(self.name, kwargs[_ZEROED], len(structs), kwargs)
         for k, v in kwargs.items():
-            if isinstance(v, _core().Tracer):
-                raise _call_error(
+            if isinstance(v, _compat.Tracer):
+                raise CallError(
                     f"{self.name}: keyword argument '{k}' is a traced value, but keyword arguments are static "
                     f"(they reach the kernel generator at compile time). Pass a Python value (e.g. mark it "
                     f"with jax.jit(..., static_argnames=['{k}'])) or pass it as an input array")
             try:
                 hash(v)
             except TypeError:
-                raise _call_error(f"{self.name}: keyword argument '{k}'={v!r} must be hashable (it is a static "
-                                  f"parameter); use e.g. a tuple instead of a list") from None
+                raise CallError(f"{self.name}: keyword argument '{k}'={v!r} must be hashable (it is a static "
+                                f"parameter); use e.g. a tuple instead of a list") from None
         if backend is not None:
             if not isinstance(backend, str):
-                raise _call_error(f"{self.name}: backend= must be a backend name or None; got {backend!r}")
+                raise CallError(f"{self.name}: backend= must be a backend name or None; got {backend!r}")
             if not any(backend in t for t in self._kernels.values()):
                 raise BackendError(f"{self.name}: unknown backend '{backend}'. Registered: {self._describe()}")
-        arrays = [x if isinstance(x, (jax.Array, _core().Tracer)) else jnp.asarray(x) for x in ins]
+        arrays = [x if isinstance(x, (jax.Array, _compat.Tracer)) else jnp.asarray(x) for x in ins]
         result = self.primitive.bind(
             *arrays, outs=structs, backend=backend, kwargs=tuple(sorted(kwargs.items(), key=lambda kv: kv[0])),
             selection=_config.selection_token(), batch=())
@@ -453,10 +413,8 @@ class XLACustomKernel:
     # ------------------------------------------------------------------ primitive rules
 
     def _abstract_eval(self, *avals, outs, backend, kwargs, selection, batch):
-        ShapedArray = _core().ShapedArray
-
         lead = tuple(size for size, _ in reversed(batch))
-        return [ShapedArray(lead + tuple(o.shape), o.dtype) for o in outs]
+        return [_compat.ShapedArray(lead + tuple(o.shape), o.dtype) for o in outs]
 
     def _describe(self) -> str:
         if not self._kernels:
@@ -501,8 +459,6 @@ class XLACustomKernel:
                 return fn
             entry = self._kernels[platform][backend]
             if backend == "warp":
-                from ._warp import require_warp
-
                 try:
                     require_warp()
                 except XlakernError as e:
@@ -540,14 +496,10 @@ class XLACustomKernel:
         return call
 
     def _lower(self, ctx, *args, platform, outs, backend, kwargs, selection, batch):
-        from jax.interpreters import mlir
-
         name = self._resolve(platform, backend, selection)
         fn = self._checked(self._generated_function(platform, name, outs, kwargs), outs, platform, name)
         for size, dims in batch:  # innermost level first
             fn = _batched(fn, dims, loop=self.batching == "loop")
-        from . import _bridge
-
         try:
             with _bridge.inherited_zeroed(dict(kwargs).get(_ZEROED) or None) as zeroed:
                 lowered = mlir.lower_fun(fn, multiple_results=True)(ctx, *args)
@@ -557,7 +509,7 @@ class XLACustomKernel:
             raise _rewrap(e, f"{self.name}: tracing the '{name}' kernel for '{platform}' failed: "
                              f"{type(e).__name__}: {e}. {self._alternatives(platform, name)}") from e
         if zeroed is not None and not zeroed.used:
-            raise _call_error(
+            raise CallError(
                 f"{self.name}: zeroed_outputs={zeroed.indices} reached no xlakern kernel: the '{name}' kernel for "
                 f"'{platform}' called no numba_kernel / numba_cuda_kernel / numba_cuda_callable / mod.fn while it "
                 f"was traced (a jax.jit-ed function may reuse an earlier trace). Zero the outputs in that kernel, "
@@ -570,8 +522,6 @@ class XLACustomKernel:
     # vmap ----------------------------------------------------------------
 
     def _default_batching(self, args, dims, *, batch, **params):
-        import jax.numpy as jnp
-
         if all(d is None for d in dims):
             return self.primitive.bind(*args, batch=batch, **params), [None] * len(params["outs"])
         moved, size = [], None
@@ -590,7 +540,7 @@ class XLACustomKernel:
             return self._default_batching(args, dims, outs=outs, backend=backend, kwargs=kwargs,
                                           selection=selection, batch=batch)
         res, out_dims = self._batching_rule(list(args), list(dims), **self._rule_kwargs(outs, backend, kwargs))
-        return _as_list(res), list(_jax().tree.leaves(out_dims, is_leaf=lambda x: x is None))
+        return _as_list(res), list(jax.tree.leaves(out_dims, is_leaf=lambda x: x is None))
 
     # JVP -----------------------------------------------------------------
 
@@ -622,7 +572,6 @@ class XLACustomKernel:
         return primal_out, tangent_out
 
     def _jvp_batched(self, primals, tangents, params, batch):
-        jax = _jax()
         n = len(primals)
         nz = [i for i, t in enumerate(tangents) if not _is_zero(t)]
 
@@ -647,14 +596,12 @@ class XLACustomKernel:
     # transpose -----------------------------------------------------------
 
     def _transpose(self, cts, *args, outs, backend, kwargs, selection, batch):
-        from jax.interpreters import ad
-
         if self._transpose_rule is None:
             raise XlakernError(f"{self.name}: no transpose rule; reverse-mode AD (jax.grad, jax.vjp) through this "
                                f"op needs op.def_transpose_rule(...)")
         params = dict(outs=outs, backend=backend, kwargs=kwargs, selection=selection)
         lead = tuple(size for size, _ in reversed(batch))
-        out_avals = [_core().ShapedArray(lead + tuple(o.shape), o.dtype) for o in outs]
+        out_avals = [_compat.ShapedArray(lead + tuple(o.shape), o.dtype) for o in outs]
         cts = [_instantiate(c, a) for c, a in zip(cts, out_avals)]
         if batch:
             return self._transpose_batched(cts, args, params, batch)
@@ -666,9 +613,6 @@ class XLACustomKernel:
         return [r if ad.is_undefined_primal(a) else None for r, a in zip(res, args)]
 
     def _transpose_batched(self, cts, args, params, batch):
-        jax = _jax()
-        from jax.interpreters import ad
-
         lin = [i for i, a in enumerate(args) if ad.is_undefined_primal(a)]
         dfn = [i for i, a in enumerate(args) if not ad.is_undefined_primal(a)]
         lin_avals = [jax.ShapeDtypeStruct(_strip_batch(args[i].aval.shape, batch, i), args[i].aval.dtype) for i in lin]
@@ -702,8 +646,6 @@ _ZEROED = "zeroed_outputs"
 
 def _zeroed_indices(op: str, value: Any, n_outputs: int, kwargs: dict) -> tuple[int, ...]:
     """``zeroed_outputs`` of an op call as a checked tuple of output indices (a static param)."""
-    from . import _bridge
-
     if callable(value):
         params = {k: v for k, v in kwargs.items() if k != _ZEROED}
         mask = _bridge.zeroed_mask(op, value, n_outputs, None, params)
@@ -715,7 +657,6 @@ def _zeroed_indices(op: str, value: Any, n_outputs: int, kwargs: dict) -> tuple[
 def _transpose_level(fn: Callable, dims: tuple, nout: int, lin: list, dfn: list) -> Callable:
     """vmap of an unbatched transpose over one batch level; cotangents of linear inputs
     that this level does not batch are summed over the level's axis."""
-    jax = _jax()
 
     def level(*xs):
         res = jax.vmap(fn, in_axes=(0,) * nout + tuple(dims[i] for i in dfn), out_axes=0)(*xs)
@@ -727,7 +668,6 @@ def _transpose_level(fn: Callable, dims: tuple, nout: int, lin: list, dfn: list)
 def _batched(fn: Callable, dims: tuple, loop: bool = False) -> Callable:
     """``fn`` over one batch level: one ``jax.vmap`` (inner ffi_calls batch through their
     ``vmap_method``), or a ``lax.map`` loop when an inner call cannot be batched (or ``loop``)."""
-    jax = _jax()
 
     def batched(*xs):
         if not loop:

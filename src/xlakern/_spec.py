@@ -17,25 +17,9 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+# attr type -> C++ type the handler decodes (16-bit floats travel as their raw bits: uint16_t).
+from ._dtypes import ATTR_CPP_TYPES as ATTR_TYPES
 from .errors import SpecError, XlakernError
-
-# attr type -> (C++ type the handler decodes, numpy dtype name of the value passed to XLA)
-ATTR_TYPES: dict[str, tuple[str, str]] = {
-    "bool": ("bool", "bool"),
-    "int8": ("int8_t", "int8"),
-    "int16": ("int16_t", "int16"),
-    "int32": ("int32_t", "int32"),
-    "int64": ("int64_t", "int64"),
-    "uint8": ("uint8_t", "uint8"),
-    "uint16": ("uint16_t", "uint16"),
-    "uint32": ("uint32_t", "uint32"),
-    "uint64": ("uint64_t", "uint64"),
-    "float32": ("float", "float32"),
-    "float64": ("double", "float64"),
-    # 16-bit floats travel as their raw bits; the C++ parameter is uint16_t.
-    "float16": ("uint16_t", "uint16"),
-    "bfloat16": ("uint16_t", "uint16"),
-}
 
 # C++ scalar spelling -> attr type it is inferred as (LP64: long is 64-bit).
 _CPP_SCALARS: dict[str, str] = {
@@ -490,7 +474,7 @@ def bind(sig: Signature, tokens: Sequence[str], *, platform: str) -> EntryPoint:
                 )
             if attr_type is None:
                 attr_type = cattr
-            expected_cpp = ATTR_TYPES[attr_type][0]
+            expected_cpp = ATTR_TYPES[attr_type]
             if _CPP_SCALARS.get(expected_cpp) != cattr:
                 raise SpecError(
                     f"{bad}: attr type '{attr_type}' is passed as C++ '{expected_cpp}', but the parameter "

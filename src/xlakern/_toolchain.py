@@ -18,6 +18,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+import jax
+
 from . import _cache
 from .errors import ToolchainError
 
@@ -64,8 +66,6 @@ def include_dir() -> Path:
 @functools.lru_cache(maxsize=None)
 def ffi_include_dir() -> Path:
     """jaxlib's XLA FFI header directory (``jax.ffi.include_dir()``)."""
-    import jax
-
     d = Path(jax.ffi.include_dir())
     if not (d / "xla" / "ffi" / "api" / "ffi.h").is_file():
         raise ToolchainError(
@@ -273,16 +273,38 @@ def _normalise_arch(value: object, origin: str) -> str:
     return text + suffix
 
 
-def gpu_compute_capability() -> str | None:
-    """Compute capability of JAX's first GPU ('90' on Hopper), or None without a GPU."""
-    try:
-        import jax
+def gpu_compute_capabilities() -> tuple[tuple[int, int], ...]:
+    """``(major, minor)`` of every GPU JAX sees, in device order; ``()`` without a GPU.
 
+    The one place xlakern asks the devices: module builds (:func:`gpu_compute_capability`) and
+    Numba CUDA kernels (a cubin when every GPU shares one capability, else PTX) read it.
+
+    Example::
+
+        >>> xlakern._toolchain.gpu_compute_capabilities()
+        ((9, 0),)
+    """
+    try:
         devices = jax.devices("gpu")
     except Exception:  # no GPU backend: RuntimeError, or a plugin failing to start
-        return None
-    cc = getattr(devices[0], "compute_capability", None) if devices else None
-    return _normalise_arch(cc, "the device's compute capability") if cc else None
+        return ()
+    found = []
+    for d in devices:
+        cc = getattr(d, "compute_capability", None)  # "9.0"; a GPU without one cannot be built for
+        if cc:
+            major, _, minor = str(cc).partition(".")
+            found.append((int(major), int(minor or 0)))
+    return tuple(found)
+
+
+def gpu_compute_capability() -> str | None:
+    """The arch a CUDA module is built for by default ('90' on Hopper), or None without a GPU.
+
+    With GPUs of different capabilities, the lowest: the build embeds that arch's PTX, which the
+    driver compiles for the newer GPUs, so the module runs on every GPU JAX sees.
+    """
+    capabilities = gpu_compute_capabilities()
+    return _normalise_arch(min(capabilities), "the device's compute capability") if capabilities else None
 
 
 def cuda_arch(compute_capability: object = None) -> str:

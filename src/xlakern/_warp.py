@@ -24,18 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import XlakernError
+# The errors live in errors.py; importable from here too, where they were first defined.
+from ._arrays import describes_array
+from ._dtypes import WARP_SCALARS  # numpy dtype name -> Warp scalar name (no bfloat16, no complex)
+from .errors import WarpNotInstalledError, WarpTypeError
 
 __all__ = ["jaxtype_to_warptype", "jaxinfo_to_warpinfo", "WarpNotInstalledError", "WarpTypeError",
-           "require_warp", "warp_jax_kernel"]
-
-
-class WarpNotInstalledError(XlakernError, ImportError):
-    """A Warp backend or helper was used but the ``warp-lang`` package is not installed."""
-
-
-class WarpTypeError(XlakernError, ValueError):
-    """A dtype or shape that Warp arrays cannot carry (bfloat16, complex, 0-d)."""
+           "require_warp"]
 
 
 def require_warp() -> Any:
@@ -46,15 +41,6 @@ def require_warp() -> Any:
         raise WarpNotInstalledError(
             f"Warp is not installed ({e}); install it with `pip install warp-lang`") from None
     return warp
-
-
-# numpy dtype name -> warp scalar type attribute name. Warp has no bfloat16 and no complex.
-_WARP_SCALARS = {
-    "bool": "bool",
-    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
-    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
-    "float16": "float16", "float32": "float32", "float64": "float64",
-}
 
 
 def jaxtype_to_warptype(dtype: Any) -> Any:
@@ -72,15 +58,15 @@ def jaxtype_to_warptype(dtype: Any) -> Any:
         name = np.dtype(dtype).name
     except TypeError:
         name = str(getattr(dtype, "name", dtype))
-    if name not in _WARP_SCALARS:
+    if name not in WARP_SCALARS:
         hint = ("Warp has no bfloat16; compute in float32 (x.astype(jnp.float32)) around the kernel"
                 if name == "bfloat16" else
                 "Warp has no complex scalars; pass real and imaginary parts as two float arrays"
                 if name.startswith("complex") else
-                f"supported: {', '.join(_WARP_SCALARS)}")
+                f"supported: {', '.join(WARP_SCALARS)}")
         raise WarpTypeError(f"dtype {name} cannot be a Warp array element: {hint}")
     warp = require_warp()
-    return getattr(warp, _WARP_SCALARS[name])
+    return getattr(warp, WARP_SCALARS[name])
 
 
 def jaxinfo_to_warpinfo(info: Any) -> Any:
@@ -97,11 +83,10 @@ def jaxinfo_to_warpinfo(info: Any) -> Any:
         t.dtype      # warp.float32
         t.ndim       # 1
     """
-    shape = getattr(info, "shape", None)
-    dtype = getattr(info, "dtype", None)
-    if shape is None or dtype is None:
+    if not describes_array(info):
         raise WarpTypeError(f"jaxinfo_to_warpinfo needs a jax.ShapeDtypeStruct (shape and dtype); "
                             f"got {type(info).__name__}")
+    shape, dtype = info.shape, info.dtype
     if len(shape) == 0:
         raise WarpTypeError("a 0-d array cannot be a Warp array (Warp arrays have 1 to 4 dimensions); "
                             "describe the scalar as shape (1,) and index it with [0]")
@@ -111,21 +96,3 @@ def jaxinfo_to_warpinfo(info: Any) -> Any:
     warp = require_warp()
     return warp.array(dtype=scalar, ndim=len(shape))
 
-
-def warp_jax_kernel(kernel: Any, **options: Any) -> Any:
-    """Warp's own JAX bridge for ``kernel`` (``warp.jax_kernel`` in recent Warp, else
-    ``warp.jax_experimental.jax_kernel``), for use inside ``def_warp_kernel`` generators.
-
-    Example::
-
-        fn = xlakern.warp_jax_kernel(k, launch_dims=[n], num_outputs=1)
-        y, = fn(x)
-    """
-    warp = require_warp()
-    bridge = getattr(warp, "jax_kernel", None)
-    if bridge is None:
-        try:
-            from warp.jax_experimental import jax_kernel as bridge  # older Warp
-        except ImportError as e:  # pragma: no cover
-            raise WarpNotInstalledError(f"this Warp ({warp.__version__}) has no JAX bridge: {e}") from None
-    return bridge(kernel, **options)

@@ -14,10 +14,15 @@ switching back finds the earlier compilation still cached.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Optional
 
-from .errors import ConfigError, XlakernError
+import jax
+
+from . import _compat
+# PlatformError lives in errors.py; importable from here too, where it was first defined.
+from .errors import ConfigError, PlatformError, XlakernError
 
 __all__ = ["set_backend", "get_backend", "clear_backends", "backends", "PLATFORMS",
            "enable_cuda_graph_loops", "cuda_graph_loop_flags"]
@@ -32,26 +37,13 @@ _backends: dict[str, str] = {}
 # change, too, reaches already-jitted code.
 _generation = 0
 
-# How the selection reaches jax's caches. A jax config State created with
-# include_in_jit_key / include_in_trace_context is what jax itself uses for options that
-# change what a traced function lowers to (e.g. jax_enable_x64): jit's C++ fast path and
-# the tracing/lowering caches key on its value. It is a jax-internal API (jax._src.config),
-# present with this signature in jax 0.4.3x-0.11; if it is ever missing we fall back to
+# How the selection reaches jax's caches: a jax config state keyed into jit's cache and the
+# trace context, as jax's own options that change what a traced function lowers to (e.g.
+# jax_enable_x64) are. If jax ever lacks it (see _compat.jit_keyed_state) we fall back to
 # jax.clear_caches() on each switch, which is correct but throws away every compilation.
 _STATE_NAME = "xlakern_backend_selection"
-_state = None
-try:  # pragma: no branch
-    from jax._src import config as _jax_config
-
-    _state = _jax_config.string_or_object_state(
-        _STATE_NAME,
-        default=None,
-        help="xlakern: process-wide backend choice per platform (set with xlakern.config.set_backend).",
-        include_in_jit_key=True,
-        include_in_trace_context=True,
-    )
-except Exception:  # pragma: no cover - a jax without this internal API
-    _state = None
+_state = _compat.jit_keyed_state(
+    _STATE_NAME, help="xlakern: process-wide backend choice per platform (set with xlakern.config.set_backend).")
 
 
 def canonical_platform(platform: str) -> str:
@@ -65,18 +57,12 @@ def canonical_platform(platform: str) -> str:
     return p
 
 
-class PlatformError(XlakernError, ValueError):
-    """A platform name is not one of 'cpu', 'gpu', 'tpu'."""
-
-
 def _publish() -> None:
     """Push the current selection into jax's cache key (caller holds _lock)."""
     token = (tuple(sorted(_backends.items())), _generation)
     if _state is not None:
         _state._set(token)
     else:  # pragma: no cover
-        import jax
-
         jax.clear_caches()
 
 
@@ -191,12 +177,6 @@ def cuda_graph_loop_flags() -> str:
     return " ".join(_GRAPH_LOOP_FLAGS)
 
 
-def _backends_started() -> bool:
-    from ._compat import jax_backends_started
-
-    return jax_backends_started()
-
-
 def enable_cuda_graph_loops() -> None:
     """Run jitted GPU loops (``fori_loop``, ``scan``, ``while_loop``) as CUDA graphs on the device.
 
@@ -217,13 +197,11 @@ def enable_cuda_graph_loops() -> None:
         import jax
         v = jax.jit(lambda v: jax.lax.fori_loop(0, 10_000, lambda i, v: step(v), v))(v0)
     """
-    if _backends_started():
+    if _compat.jax_backends_started():
         raise ConfigError(
             "enable_cuda_graph_loops() must be called before JAX starts its backends (before the first "
             "JAX computation or jax.devices()); XLA reads its flags only then. Call it at the top of your "
             "program, or set XLA_FLAGS=\"" + cuda_graph_loop_flags() + "\" in the environment")
-    import os
-
     current = os.environ.get("XLA_FLAGS", "")
     names = {f.split("=")[0] for f in _GRAPH_LOOP_FLAGS}
     kept = [f for f in current.split() if f.split("=")[0] not in names]

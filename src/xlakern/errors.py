@@ -54,6 +54,26 @@ class OptionError(XlakernError, TypeError):
     """A loader was given a keyword option it does not take (message names the closest one)."""
 
 
+class PlatformError(XlakernError, ValueError):
+    """A platform name is not one of 'cpu', 'gpu', 'tpu'."""
+
+
+class BackendError(XlakernError, LookupError):
+    """No kernel for the platform, or an unknown backend was asked for (message lists what is registered)."""
+
+
+class KernelGenerationError(XlakernError, RuntimeError):
+    """A kernel generator, or tracing the function it returned, failed (the cause is chained)."""
+
+
+class WarpNotInstalledError(XlakernError, ImportError):
+    """A Warp backend or helper was used but the ``warp-lang`` package is not installed."""
+
+
+class WarpTypeError(XlakernError, ValueError):
+    """A dtype or shape that Warp arrays cannot carry (bfloat16, complex, 0-d)."""
+
+
 __all__ = [
     "XlakernError",
     "SpecError",
@@ -65,4 +85,9 @@ __all__ = [
     "ConfigError",
     "CacheError",
     "OptionError",
+    "PlatformError",
+    "BackendError",
+    "KernelGenerationError",
+    "WarpNotInstalledError",
+    "WarpTypeError",
 ]
