@@ -5,10 +5,10 @@
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/vector.h>
 
-#include "cubin_kernel.h"
+#include "cuda_image.h"
 #include "numba_cpu.h"
-#include "python_bridge.h"
-#include "python_callback.h"
+#include "python_hooks.h"
+#include "python_callable.h"
 #include "registry.h"
 #include "xla/ffi/api/c_api.h"
 
@@ -95,7 +95,7 @@ NB_MODULE(_runtime, m) {
            const std::vector<int>& ranks, size_t n_inputs, std::array<unsigned, 3> grid,
            std::array<unsigned, 3> block, unsigned shared_mem) {
           std::string bytes(image.c_str(), image.size());
-          return add_kernel(std::make_shared<xlakern::CubinKernel>(
+          return add_kernel(std::make_shared<xlakern::CudaImageKernel>(
               key, name, std::move(bytes), entry, arg_specs(dtypes, ranks), n_inputs, grid, block,
               shared_mem));
         },
@@ -133,11 +133,11 @@ NB_MODULE(_runtime, m) {
     add("xlakern.numba_cpu", "cpu", cpu, "xlakern.NumbaCpuState",
         xlakern::numba_cpu_state_type_id(), xlakern::numba_cpu_state_type_info());
     nb::dict cubin;
-    cubin["instantiate"] = capsule(reinterpret_cast<void*>(xlakern::cubin_instantiate()));
-    cubin["initialize"] = capsule(reinterpret_cast<void*>(xlakern::cubin_initialize()));
-    cubin["execute"] = capsule(reinterpret_cast<void*>(xlakern::cubin_execute()));
-    add("xlakern.cuda_image", "CUDA", cubin, "xlakern.CubinState", xlakern::cubin_state_type_id(),
-        xlakern::cubin_state_type_info(), /*graph_compatible=*/true);
+    cubin["instantiate"] = capsule(reinterpret_cast<void*>(xlakern::cuda_image_instantiate()));
+    cubin["initialize"] = capsule(reinterpret_cast<void*>(xlakern::cuda_image_initialize()));
+    cubin["execute"] = capsule(reinterpret_cast<void*>(xlakern::cuda_image_execute()));
+    add("xlakern.cuda_image", "CUDA", cubin, "xlakern.CudaImageState", xlakern::cuda_image_state_type_id(),
+        xlakern::cuda_image_state_type_info(), /*graph_compatible=*/true);
     nb::dict callable;
     callable["instantiate"] = capsule(reinterpret_cast<void*>(xlakern::python_callable_instantiate()));
     callable["execute"] = capsule(reinterpret_cast<void*>(xlakern::python_callable_execute()));

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "bridge_state.h"
-#include "python_bridge.h"
+#include "python_hooks.h"
 
 namespace xlakern {
 

@@ -1,4 +1,4 @@
-#include "cubin_kernel.h"
+#include "cuda_image.h"
 
 #include <atomic>
 #include <stdexcept>
@@ -8,7 +8,7 @@
 
 namespace xlakern {
 
-CUfunction CubinKernel::function_for(CUcontext ctx) const {
+CUfunction CudaImageKernel::function_for(CUcontext ctx) const {
   if (first_ctx_.load(std::memory_order_acquire) == ctx) return first_function_;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& item : loaded_) {
@@ -72,22 +72,22 @@ void record_probe(const CudaDriver& cu, CUstream stream) {
   }
 }
 
-using CubinState = BridgeState<CubinKernel>;
+using CudaImageState = BridgeState<CudaImageKernel>;
 
 using Stream = ffi::PlatformStream<CUstream>;
 
-ffi::Error kernel_error(const CubinKernel& k, const std::string& what) {
+ffi::Error kernel_error(const CudaImageKernel& k, const std::string& what) {
   return ffi::Error(ffi::ErrorCode::kInternal,
                     "xlakern CUDA kernel '" + k.name + "' failed: " + what);
 }
 
-ffi::ErrorOr<std::unique_ptr<CubinState>> instantiate(std::string_view key, int64_t) {
-  return instantiate_bridge_state<CubinKernel>(key, "Numba CUDA kernel", "numba_cuda_kernel");
+ffi::ErrorOr<std::unique_ptr<CudaImageState>> instantiate(std::string_view key, int64_t) {
+  return instantiate_bridge_state<CudaImageKernel>(key, "Numba CUDA kernel", "numba_cuda_kernel");
 }
 
 // Loads the module for the stream's context before any execution, so that
 // execute never loads one while XLA is capturing a CUDA graph.
-ffi::Error initialize(CUstream stream, CubinState* state, std::string_view, int64_t) {
+ffi::Error initialize(CUstream stream, CudaImageState* state, std::string_view, int64_t) {
   try {
     const CudaDriver& cu = cuda_driver();
     CUcontext ctx = nullptr;
@@ -100,10 +100,10 @@ ffi::Error initialize(CUstream stream, CubinState* state, std::string_view, int6
   return ffi::Error::Success();
 }
 
-ffi::Error execute(CUstream stream, CubinState* state, std::string_view, int64_t zero,
+ffi::Error execute(CUstream stream, CudaImageState* state, std::string_view, int64_t zero,
                    ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
-  const CubinKernel& k = *state->kernel;
+  const CudaImageKernel& k = *state->kernel;
   thread_local std::vector<ArgView> views;
   thread_local BatchPlan plan;
   thread_local std::vector<int64_t> slots;  // every kernel parameter, 8 bytes each
@@ -176,12 +176,12 @@ XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
 XLA_FFI_DEFINE_HANDLER(kInitialize, initialize,
                        ffi::Ffi::BindInitialize()
                            .Ctx<Stream>()
-                           .Ctx<ffi::State<CubinState>>()
+                           .Ctx<ffi::State<CudaImageState>>()
                            .Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
                        ffi::Ffi::Bind()
                            .Ctx<Stream>()
-                           .Ctx<ffi::State<CubinState>>()
+                           .Ctx<ffi::State<CudaImageState>>()
                            .Attr<std::string_view>("kernel")
                            .Attr<int64_t>("zero")
                            .RemainingArgs()
@@ -198,10 +198,10 @@ void enable_launch_probe(bool on) {
 
 LaunchProbe launch_probe() { return {probe_executions.load(), probe_captured.load()}; }
 
-XLA_FFI_Handler* cubin_instantiate() { return kInstantiate; }
-XLA_FFI_Handler* cubin_initialize() { return kInitialize; }
-XLA_FFI_Handler* cubin_execute() { return kExecute; }
-XLA_FFI_TypeId* cubin_state_type_id() { return &CubinState::id; }
-const XLA_FFI_TypeInfo* cubin_state_type_info() { return &CubinState::info; }
+XLA_FFI_Handler* cuda_image_instantiate() { return kInstantiate; }
+XLA_FFI_Handler* cuda_image_initialize() { return kInitialize; }
+XLA_FFI_Handler* cuda_image_execute() { return kExecute; }
+XLA_FFI_TypeId* cuda_image_state_type_id() { return &CudaImageState::id; }
+const XLA_FFI_TypeInfo* cuda_image_state_type_info() { return &CudaImageState::info; }
 
 }  // namespace xlakern

@@ -2,7 +2,7 @@
 #define PY_SSIZE_T_CLEAN  // "s#" passes the key's length as Py_ssize_t
 #include <Python.h>
 
-#include "python_bridge.h"
+#include "python_hooks.h"
 
 #include <mutex>
 

@@ -1,12 +1,12 @@
-#include "python_callback.h"
+#include "python_callable.h"
 
 #include <string_view>
 
 #include "bridge_state.h"
-#include "cubin_kernel.h"
+#include "cuda_image.h"
 #include "cuda_driver.h"
 #include "kernel_args.h"
-#include "python_bridge.h"
+#include "python_hooks.h"
 
 namespace xlakern {
 

@@ -1,4 +1,4 @@
-// python_callback.h -- GPU calls that run a Python function (numba_cuda_callable).
+// python_callable.h -- GPU calls that run a Python function (numba_cuda_callable).
 //
 // The one path that necessarily takes the GIL per call: the handler passes
 // XLA's buffers and stream to the Python hook, which wraps them as Numba

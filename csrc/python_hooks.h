@@ -1,4 +1,4 @@
-// python_bridge.h -- the few places where a handler calls back into Python.
+// python_hooks.h -- the few places where a handler calls back into Python.
 //
 // Hot paths never do. Two paths must: explaining why a Numba CPU kernel
 // failed (its compiled code reports only "an exception was raised"; Python

@@ -1,4 +1,4 @@
-// cubin_kernel.h -- compiled GPU kernels (Numba CUDA's cubin or PTX) launched
+// cuda_image.h -- compiled GPU kernels (Numba CUDA's cubin or PTX) launched
 // by the runtime with the CUDA driver API, from one generic FFI handler.
 //
 // Arrays are passed in Numba's kernel-argument layout: for each array,
@@ -20,8 +20,8 @@
 
 namespace xlakern {
 
-struct CubinKernel : Kernel {
-  CubinKernel(std::string key, std::string name, std::string image, std::string entry,
+struct CudaImageKernel : Kernel {
+  CudaImageKernel(std::string key, std::string name, std::string image, std::string entry,
               std::vector<ArgSpec> specs, size_t n_inputs, std::array<unsigned, 3> grid,
               std::array<unsigned, 3> block, unsigned shared_mem)
       : Kernel(std::move(key), std::move(name)), image(std::move(image)),
@@ -66,10 +66,10 @@ void enable_launch_probe(bool on);
 LaunchProbe launch_probe();
 
 // Handlers of the "xlakern.cuda_image" target, by XLA execution stage.
-XLA_FFI_Handler* cubin_instantiate();
-XLA_FFI_Handler* cubin_initialize();
-XLA_FFI_Handler* cubin_execute();
-XLA_FFI_TypeId* cubin_state_type_id();
-const XLA_FFI_TypeInfo* cubin_state_type_info();
+XLA_FFI_Handler* cuda_image_instantiate();
+XLA_FFI_Handler* cuda_image_initialize();
+XLA_FFI_Handler* cuda_image_execute();
+XLA_FFI_TypeId* cuda_image_state_type_id();
+const XLA_FFI_TypeInfo* cuda_image_state_type_info();
 
 }  // namespace xlakern
