@@ -4,8 +4,6 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "bridge_state.h"
-
 namespace xlakern {
 
 CUfunction CudaImageKernel::function_for(CUcontext ctx) const {
@@ -25,8 +23,9 @@ CUfunction CudaImageKernel::function_for(CUcontext ctx) const {
   if (rc != kCudaSuccess) {
     problem = cu.describe("cuModuleLoadData", rc) +
               "; the image was built for another GPU architecture or a newer driver";
-  } else if ((rc = cu.cuModuleGetFunction(&function, module, entry.c_str())) != kCudaSuccess) {
-    problem = cu.describe("cuModuleGetFunction", rc) + " for entry '" + entry + "'";
+  } else if ((rc = cu.cuModuleGetFunction(&function, module, function_name.c_str())) !=
+             kCudaSuccess) {
+    problem = cu.describe("cuModuleGetFunction", rc) + " for entry '" + function_name + "'";
   } else if (shared_mem > 48 * 1024 &&
              (rc = cu.cuFuncSetAttribute(function, kFuncAttributeMaxDynamicSharedSizeBytes,
                                          static_cast<int>(shared_mem))) != kCudaSuccess) {
@@ -79,10 +78,6 @@ using Stream = ffi::PlatformStream<CUstream>;
 ffi::Error kernel_error(const CudaImageKernel& k, const std::string& what) {
   return ffi::Error(ffi::ErrorCode::kInternal,
                     "xlakern CUDA kernel '" + k.name + "' failed: " + what);
-}
-
-ffi::ErrorOr<std::unique_ptr<CudaImageState>> instantiate(std::string_view key, int64_t) {
-  return instantiate_bridge_state<CudaImageKernel>(key, "Numba CUDA kernel", "numba_cuda_kernel");
 }
 
 // Loads the module for the stream's context before any execution, so that
@@ -171,8 +166,6 @@ ffi::Error execute(CUstream stream, CudaImageState* state, std::string_view, int
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
-                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kInitialize, initialize,
                        ffi::Ffi::BindInitialize()
                            .Ctx<Stream>()
@@ -198,10 +191,11 @@ void enable_launch_probe(bool on) {
 
 LaunchProbe launch_probe() { return {probe_executions.load(), probe_captured.load()}; }
 
-XLA_FFI_Handler* cuda_image_instantiate() { return kInstantiate; }
-XLA_FFI_Handler* cuda_image_initialize() { return kInitialize; }
-XLA_FFI_Handler* cuda_image_execute() { return kExecute; }
-XLA_FFI_TypeId* cuda_image_state_type_id() { return &CudaImageState::id; }
-const XLA_FFI_TypeInfo* cuda_image_state_type_info() { return &CudaImageState::info; }
+const BridgeTarget& cuda_image_target() {
+  static const BridgeTarget target = describe_bridge_target<CudaImageKernel>(
+      "xlakern.cuda_image", "CUDA", "xlakern.CudaImageState", kInitialize, kExecute,
+      /*command_buffer_compatible=*/true);
+  return target;
+}
 
 }  // namespace xlakern

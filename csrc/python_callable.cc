@@ -2,7 +2,6 @@
 
 #include <string_view>
 
-#include "bridge_state.h"
 #include "cuda_image.h"
 #include "cuda_driver.h"
 #include "kernel_args.h"
@@ -13,10 +12,6 @@ namespace xlakern {
 namespace {
 
 using PythonCallableState = BridgeState<PythonCallable>;
-
-ffi::ErrorOr<std::unique_ptr<PythonCallableState>> instantiate(std::string_view key, int64_t) {
-  return instantiate_bridge_state<PythonCallable>(key, "Python function", "numba_cuda_callable");
-}
 
 ffi::Error execute(CUstream stream, PythonCallableState* state,
                    std::string_view, int64_t zero, ffi::RemainingArgs args,
@@ -62,8 +57,6 @@ ffi::Error execute(CUstream stream, PythonCallableState* state,
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
-                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
                        ffi::Ffi::Bind()
                            .Ctx<ffi::PlatformStream<CUstream>>()
@@ -75,9 +68,11 @@ XLA_FFI_DEFINE_HANDLER(kExecute, execute,
 
 }  // namespace
 
-XLA_FFI_Handler* python_callable_instantiate() { return kInstantiate; }
-XLA_FFI_Handler* python_callable_execute() { return kExecute; }
-XLA_FFI_TypeId* python_callable_state_type_id() { return &PythonCallableState::id; }
-const XLA_FFI_TypeInfo* python_callable_state_type_info() { return &PythonCallableState::info; }
+const BridgeTarget& python_callable_target() {
+  static const BridgeTarget target = describe_bridge_target<PythonCallable>(
+      "xlakern.python_callable", "CUDA", "xlakern.PythonCallableState", /*initialize=*/nullptr,
+      kExecute, /*command_buffer_compatible=*/false);
+  return target;
+}
 
 }  // namespace xlakern

@@ -99,11 +99,11 @@ def ensure_target(target: str) -> None:
     with _lock:
         if target in _registered:
             return
-        for name, platform, stages, (type_name, type_id, type_info), graph_ok in _runtime.bridge_targets():
-            if name == target:
-                register_targets(platform, [(name, stages, _traits(graph_ok))],
-                                 types=[(type_name, {"type_id": type_id, "type_info": type_info})],
-                                 accepted=_registered.add)
+        for bridge in _runtime.bridge_targets():
+            if bridge.name == target:
+                register_targets(bridge.platform,
+                                 [(bridge.name, bridge.stage_handlers, _traits(bridge.command_buffer_compatible))],
+                                 types=[(bridge.state_type_name, bridge.state_type)], accepted=_registered.add)
                 return
         raise AssertionError(f"the runtime has no bridge target {target}")  # pragma: no cover
 

@@ -273,7 +273,7 @@ def _explain_error(key: str, arrays: list, n_inputs: int, stream: int, device: i
             "(its failure may depend on outputs it had already written)")
 
 
-_runtime.set_python_hook(0, _explain_error)
+_runtime.set_python_hook(_runtime.PythonHook.EXPLAIN_NUMBA_ERROR, _explain_error)
 
 
 class NumbaKernel:

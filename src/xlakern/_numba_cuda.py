@@ -439,7 +439,7 @@ def _invoke(cuda: Any, ctx: Any, func: Any, arrays: list, stream: int) -> None:
     return None
 
 
-_runtime.set_python_hook(1, _run_callable)
+_runtime.set_python_hook(_runtime.PythonHook.RUN_CALLABLE, _run_callable)
 
 
 class NumbaCudaCallable:
