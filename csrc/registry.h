@@ -1,9 +1,10 @@
 // registry.h -- the process-wide record of loaded kernel libraries.
 //
-// One registry serves every bridge. Compiled C++/CUDA sources: a module name
-// maps to the content key it was built from and the library that holds its FFI
-// handlers. Numba kernels and Python callables: a content key maps to a Kernel
-// record that the runtime's generic handlers find at XLA's instantiate stage.
+// One registry serves compiled modules and the bridges. Compiled C++/CUDA
+// sources: a module name maps to the content key it was built from and the
+// library that holds its FFI handlers. Numba kernels and Python callables: a
+// content key maps to a Kernel record that the runtime's generic handlers find
+// at XLA's instantiate stage.
 // XLA keeps raw handler pointers forever once a target is registered, and a
 // compiled executable may run a kernel at any later time, so nothing that
 // entered the registry is ever unloaded or freed.

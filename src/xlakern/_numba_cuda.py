@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Mapping, Sequence
 
+import jax
 import numpy as np
 
 from . import _bridge, _compat, _numba_store, _runtime
@@ -177,8 +178,6 @@ def kernel_image(dispatcher: Any, arg_types: Sequence[Any], cc: tuple[int, int] 
 
 def _gpu_compute_capability() -> tuple[int, int] | None:
     """The compute capability shared by every GPU JAX sees (None if they differ: then PTX is used)."""
-    import jax
-
     try:
         devices = jax.devices("gpu")
     except RuntimeError:
