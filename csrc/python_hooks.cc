@@ -5,6 +5,7 @@
 #include "python_hooks.h"
 
 #include <array>
+#include <exception>
 #include <mutex>
 #include <utility>
 
@@ -28,15 +29,23 @@ nb::object get_hook(PythonHook hook) {
   return hooks()[static_cast<size_t>(hook)];  // a new reference: the caller holds the GIL
 }
 
+// UTF-8 text of a Python str, or nullptr (the error cleared) when it has none
+// (a lone surrogate).
+const char* utf8_or_null(const nb::str& s) {
+  const char* utf8 = s.c_str();
+  if (utf8 == nullptr) PyErr_Clear();
+  return utf8;
+}
+
 // "TypeName: message" of a Python exception.
 std::string error_text(const nb::python_error& error) {
   std::string text = "unknown Python error";
   try {
-    text = nb::str(error.value()).c_str();
+    if (const char* utf8 = utf8_or_null(nb::str(error.value()))) text = utf8;
   } catch (const nb::python_error&) {  // its str() raised: keep the placeholder
   }
   const auto* type = reinterpret_cast<PyTypeObject*>(error.type().ptr());
-  return type != nullptr ? std::string(type->tp_name) + ": " + text : text;
+  return std::string(type->tp_name) + ": " + text;
 }
 
 // [(address, shape, dtype name), ...] for the hook.
@@ -61,14 +70,12 @@ std::string call_with_gil(PythonHook hook, const std::string& key,
                                  static_cast<unsigned long long>(stream), device);
     if (result.is_none()) return {};
     if (!nb::isinstance<nb::str>(result)) return "xlakern's Python hook returned a non-string";
-    const char* utf8 = nb::borrow<nb::str>(result).c_str();
-    if (utf8 == nullptr) {  // a str that has no UTF-8 form (a lone surrogate)
-      PyErr_Clear();
-      return "xlakern's Python hook returned a non-string";
-    }
-    return utf8;
+    const char* utf8 = utf8_or_null(nb::borrow<nb::str>(result));
+    return utf8 != nullptr ? utf8 : "xlakern's Python hook returned a non-string";
   } catch (const nb::python_error& error) {
     return "xlakern's Python hook failed: " + error_text(error);
+  } catch (const std::exception& error) {  // a failed conversion: nothing may escape into XLA
+    return std::string("xlakern's Python hook failed: ") + error.what();
   }
 }
 
