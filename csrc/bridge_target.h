@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "bridge_state.h"
 #include "xla/ffi/api/ffi.h"
@@ -44,6 +45,18 @@ XLA_FFI_Error* instantiate_bridge_kernel(XLA_FFI_CallFrame* call_frame) {
           })
           .release();
   return handler->Call(call_frame);
+}
+
+// The execute stage's binding, after the contexts `binding` already has (XLA's
+// stream, for the GPU bridges): the state, the call's attributes, the buffers.
+template <typename K, typename Binding>
+auto bind_bridge_execute(Binding binding) {
+  return std::move(binding)
+      .template Ctx<xla::ffi::State<BridgeState<K>>>()
+      .template Attr<std::string_view>("kernel")
+      .template Attr<int64_t>("zero")
+      .RemainingArgs()
+      .RemainingRets();
 }
 
 // The descriptor of kernel type K's target, its state being BridgeState<K>.

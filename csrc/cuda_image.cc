@@ -172,13 +172,7 @@ XLA_FFI_DEFINE_HANDLER(kInitialize, initialize,
                            .Ctx<ffi::State<CudaImageState>>()
                            .Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
-                       ffi::Ffi::Bind()
-                           .Ctx<Stream>()
-                           .Ctx<ffi::State<CudaImageState>>()
-                           .Attr<std::string_view>("kernel")
-                           .Attr<int64_t>("zero")
-                           .RemainingArgs()
-                           .RemainingRets(),
+                       bind_bridge_execute<CudaImageKernel>(ffi::Ffi::Bind().Ctx<Stream>()),
                        {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace

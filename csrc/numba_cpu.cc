@@ -70,13 +70,7 @@ ffi::Error execute(NumbaCpuState* state, std::string_view, int64_t zero, ffi::Re
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER(kExecute, execute,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::State<NumbaCpuState>>()
-                           .Attr<std::string_view>("kernel")
-                           .Attr<int64_t>("zero")
-                           .RemainingArgs()
-                           .RemainingRets());
+XLA_FFI_DEFINE_HANDLER(kExecute, execute, bind_bridge_execute<NumbaCpuKernel>(ffi::Ffi::Bind()));
 
 }  // namespace
 

@@ -58,13 +58,8 @@ ffi::Error execute(CUstream stream, PythonCallableState* state,
 }
 
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<CUstream>>()
-                           .Ctx<ffi::State<PythonCallableState>>()
-                           .Attr<std::string_view>("kernel")
-                           .Attr<int64_t>("zero")
-                           .RemainingArgs()
-                           .RemainingRets());
+                       bind_bridge_execute<PythonCallable>(
+                           ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream>>()));
 
 }  // namespace
 
