@@ -5,20 +5,30 @@
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/vector.h>
 
-#include "cubin_kernel.h"
+#include "bridge_target.h"
+#include "cuda_image.h"
 #include "numba_cpu.h"
-#include "python_bridge.h"
-#include "python_callback.h"
+#include "python_callable.h"
+#include "python_hooks.h"
 #include "registry.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace nb = nanobind;
+using xlakern::BridgeTarget;
+using xlakern::PythonHook;
 using xlakern::Registry;
 
 namespace {
 
-nb::capsule capsule(const void* address) {
-  return nb::steal<nb::capsule>(PyCapsule_New(const_cast<void*>(address), nullptr, nullptr));
+// {stage: handler capsule}, the handler argument of jax.ffi.register_ffi_target.
+nb::dict stage_handlers(const BridgeTarget& t) {
+  nb::dict stages;
+  stages["instantiate"] = nb::capsule(reinterpret_cast<const void*>(t.instantiate));
+  if (t.initialize != nullptr) {
+    stages["initialize"] = nb::capsule(reinterpret_cast<const void*>(t.initialize));
+  }
+  stages["execute"] = nb::capsule(reinterpret_cast<const void*>(t.execute));
+  return stages;
 }
 
 std::vector<xlakern::ArgSpec> arg_specs(const std::vector<std::string>& dtypes,
@@ -53,7 +63,7 @@ NB_MODULE(_runtime, m) {
 
   m.def("handler_capsule", [](const std::string& name, const std::string& symbol) {
     void* address = Registry::instance().symbol(name, symbol);
-    return nb::steal(PyCapsule_New(address, nullptr, nullptr));
+    return nb::capsule(address);
   }, nb::arg("name"), nb::arg("symbol"),
   "A PyCapsule holding the address of an exported FFI handler, for jax.ffi.register_ffi_target.");
 
@@ -75,15 +85,15 @@ NB_MODULE(_runtime, m) {
     return out;
   }, "(name, key, platform, path, targets) of every loaded module.");
 
-  // --- The generic bridge targets: one handler per kind, kernels found by key.
+  // --- The bridges: one generic FFI target per kind of kernel, kernels found by key.
 
   m.def("register_numba_cpu_kernel",
         [](const std::string& key, const std::string& name, uintptr_t address,
            const std::vector<std::string>& dtypes, const std::vector<int>& ranks,
            size_t n_inputs, bool serialize) {
-          auto entry = reinterpret_cast<xlakern::NumbaCpuKernel::Entry>(address);
+          auto cfunc = reinterpret_cast<xlakern::NumbaCpuKernel::Cfunc>(address);
           return add_kernel(std::make_shared<xlakern::NumbaCpuKernel>(
-              key, name, entry, arg_specs(dtypes, ranks), n_inputs, serialize));
+              key, name, cfunc, arg_specs(dtypes, ranks), n_inputs, serialize));
         },
         nb::arg("key"), nb::arg("name"), nb::arg("address"), nb::arg("dtypes"), nb::arg("ranks"),
         nb::arg("n_inputs"), nb::arg("serialize"),
@@ -91,15 +101,15 @@ NB_MODULE(_runtime, m) {
 
   m.def("register_cuda_image_kernel",
         [](const std::string& key, const std::string& name, nb::bytes image,
-           const std::string& entry, const std::vector<std::string>& dtypes,
+           const std::string& function_name, const std::vector<std::string>& dtypes,
            const std::vector<int>& ranks, size_t n_inputs, std::array<unsigned, 3> grid,
            std::array<unsigned, 3> block, unsigned shared_mem) {
           std::string bytes(image.c_str(), image.size());
-          return add_kernel(std::make_shared<xlakern::CubinKernel>(
-              key, name, std::move(bytes), entry, arg_specs(dtypes, ranks), n_inputs, grid, block,
-              shared_mem));
+          return add_kernel(std::make_shared<xlakern::CudaImageKernel>(
+              key, name, std::move(bytes), function_name, arg_specs(dtypes, ranks), n_inputs, grid,
+              block, shared_mem));
         },
-        nb::arg("key"), nb::arg("name"), nb::arg("image"), nb::arg("entry"), nb::arg("dtypes"),
+        nb::arg("key"), nb::arg("name"), nb::arg("image"), nb::arg("function_name"), nb::arg("dtypes"),
         nb::arg("ranks"), nb::arg("n_inputs"), nb::arg("grid"), nb::arg("block"),
         nb::arg("shared_mem"),
         "Register a cubin/PTX kernel image with its launch configuration under `key`; True if new.");
@@ -111,40 +121,50 @@ NB_MODULE(_runtime, m) {
         nb::arg("key"), nb::arg("name"), nb::arg("n_inputs"),
         "Register a Python function run by the python-callable target under `key`; True if new.");
 
-  m.def("set_python_hook", [](int which, nb::object callable) {
-    if (which != 0 && which != 1) throw std::invalid_argument("unknown hook");
-    xlakern::set_python_hook(static_cast<xlakern::PythonHook>(which), callable.ptr());
-  }, nb::arg("which"), nb::arg("callable"),
-  "Install the Python function the runtime calls to explain a Numba error (0) or run a callable (1).");
+  nb::enum_<PythonHook>(m, "PythonHook",
+                        "The Python functions bridge handlers call back: one per purpose.")
+      .value("EXPLAIN_NUMBA_ERROR", PythonHook::kExplainNumbaError,
+             "Re-runs a failed Numba CPU kernel to recover its exception's message.")
+      .value("RUN_CALLABLE", PythonHook::kRunCallable,
+             "Runs a numba_cuda_callable on XLA's buffers and stream.");
+
+  m.def("set_python_hook", [](PythonHook hook, nb::callable function) {
+    xlakern::set_python_hook(hook, function.ptr());
+  }, nb::arg("hook"), nb::arg("function"),
+  "Install `function(key, arrays, n_inputs, stream, device)` as the runtime's `hook`.");
+
+  nb::class_<BridgeTarget>(m, "BridgeTarget",
+                           "One bridge's generic FFI target, as registered with XLA.")
+      .def_prop_ro("name", [](const BridgeTarget& t) { return std::string(t.name); },
+                   "The FFI target name, e.g. 'xlakern.numba_cpu'.")
+      .def_prop_ro("platform", [](const BridgeTarget& t) { return std::string(t.platform); },
+                   "jax's platform name for it: 'cpu' or 'CUDA'.")
+      .def_prop_ro("stage_handlers", &stage_handlers,
+                   "{stage: handler capsule}, for jax.ffi.register_ffi_target.")
+      .def_prop_ro("state_type_name",
+                   [](const BridgeTarget& t) { return std::string(t.state_type_name); },
+                   "The FFI type of its per-instruction state.")
+      .def_prop_ro("state_type", [](const BridgeTarget& t) {
+        nb::dict spec;
+        spec["type_id"] = nb::capsule(static_cast<const void*>(t.state_type_id));
+        spec["type_info"] = nb::capsule(static_cast<const void*>(t.state_type_info));
+        return spec;
+      }, "{'type_id', 'type_info'} capsules, for jax.ffi.register_ffi_type.")
+      .def_prop_ro("command_buffer_compatible",
+                   [](const BridgeTarget& t) { return t.command_buffer_compatible; },
+                   "Whether XLA may capture its executions into a CUDA graph.")
+      .def("__repr__", [](const BridgeTarget& t) {
+        return std::string("<xlakern bridge target ") + t.name + " (" + t.platform + ")>";
+      });
 
   m.def("bridge_targets", [] {
-    // (target name, platform, {stage: handler capsule}, (type name, type id, type info),
-    //  command-buffer compatible)
-    nb::list out;
-    auto add = [&](const char* target, const char* platform, nb::dict stages, const char* type_name,
-                   const void* type_id, const void* type_info, bool graph_compatible = false) {
-      out.append(nb::make_tuple(target, platform, stages,
-                                nb::make_tuple(type_name, capsule(type_id), capsule(type_info)),
-                                graph_compatible));
-    };
-    nb::dict cpu;
-    cpu["instantiate"] = capsule(reinterpret_cast<void*>(xlakern::numba_cpu_instantiate()));
-    cpu["execute"] = capsule(reinterpret_cast<void*>(xlakern::numba_cpu_execute()));
-    add("xlakern.numba_cpu", "cpu", cpu, "xlakern.NumbaCpuState",
-        xlakern::numba_cpu_state_type_id(), xlakern::numba_cpu_state_type_info());
-    nb::dict cubin;
-    cubin["instantiate"] = capsule(reinterpret_cast<void*>(xlakern::cubin_instantiate()));
-    cubin["initialize"] = capsule(reinterpret_cast<void*>(xlakern::cubin_initialize()));
-    cubin["execute"] = capsule(reinterpret_cast<void*>(xlakern::cubin_execute()));
-    add("xlakern.cuda_image", "CUDA", cubin, "xlakern.CubinState", xlakern::cubin_state_type_id(),
-        xlakern::cubin_state_type_info(), /*graph_compatible=*/true);
-    nb::dict callable;
-    callable["instantiate"] = capsule(reinterpret_cast<void*>(xlakern::python_callable_instantiate()));
-    callable["execute"] = capsule(reinterpret_cast<void*>(xlakern::python_callable_execute()));
-    add("xlakern.python_callable", "CUDA", callable, "xlakern.PythonCallableState",
-        xlakern::python_callable_state_type_id(), xlakern::python_callable_state_type_info());
-    return out;
-  }, "The runtime's generic FFI targets, their stage handlers and state types.");
+    nb::list targets;
+    for (const BridgeTarget* t : {&xlakern::numba_cpu_target(), &xlakern::cuda_image_target(),
+                                  &xlakern::python_callable_target()}) {
+      targets.append(nb::cast(t, nb::rv_policy::reference));  // static descriptors: never copied
+    }
+    return targets;
+  }, "The runtime's generic FFI targets, one per bridge.");
 
   m.def("enable_launch_probe", &xlakern::enable_launch_probe, nb::arg("on"),
         "Diagnostics: count CUDA-image handler executions and those inside stream capture (resets).");

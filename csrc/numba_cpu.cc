@@ -4,8 +4,7 @@
 #include <mutex>
 #include <string_view>
 
-#include "bridge_state.h"
-#include "python_bridge.h"
+#include "python_hooks.h"
 
 namespace xlakern {
 
@@ -18,10 +17,6 @@ std::mutex workqueue_mutex;
 ffi::Error kernel_error(const NumbaCpuKernel& k, const std::string& what) {
   return ffi::Error(ffi::ErrorCode::kInternal,
                     "xlakern Numba kernel '" + k.name + "' failed: " + what);
-}
-
-ffi::ErrorOr<std::unique_ptr<NumbaCpuState>> instantiate(std::string_view key, int64_t) {
-  return instantiate_bridge_state<NumbaCpuKernel>(key, "Numba CPU kernel", "numba_kernel");
 }
 
 ffi::Error execute(NumbaCpuState* state, std::string_view, int64_t zero, ffi::RemainingArgs args,
@@ -53,9 +48,9 @@ ffi::Error execute(NumbaCpuState* state, std::string_view, int64_t zero, ffi::Re
     int32_t status;
     if (k.serialize) {
       std::lock_guard<std::mutex> lock(workqueue_mutex);
-      status = k.entry(data.data(), dims.data());
+      status = k.cfunc(data.data(), dims.data());
     } else {
-      status = k.entry(data.data(), dims.data());
+      status = k.cfunc(data.data(), dims.data());
     }
     if (status != 0) {
       // Rare path: Python re-runs the kernel on these arrays to recover the
@@ -75,21 +70,15 @@ ffi::Error execute(NumbaCpuState* state, std::string_view, int64_t zero, ffi::Re
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
-                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
-XLA_FFI_DEFINE_HANDLER(kExecute, execute,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::State<NumbaCpuState>>()
-                           .Attr<std::string_view>("kernel")
-                           .Attr<int64_t>("zero")
-                           .RemainingArgs()
-                           .RemainingRets());
+XLA_FFI_DEFINE_HANDLER(kExecute, execute, bind_bridge_execute<NumbaCpuKernel>(ffi::Ffi::Bind()));
 
 }  // namespace
 
-XLA_FFI_Handler* numba_cpu_instantiate() { return kInstantiate; }
-XLA_FFI_Handler* numba_cpu_execute() { return kExecute; }
-XLA_FFI_TypeId* numba_cpu_state_type_id() { return &NumbaCpuState::id; }
-const XLA_FFI_TypeInfo* numba_cpu_state_type_info() { return &NumbaCpuState::info; }
+const BridgeTarget& numba_cpu_target() {
+  static const BridgeTarget target = describe_bridge_target<NumbaCpuKernel>(
+      "xlakern.numba_cpu", "cpu", "xlakern.NumbaCpuState", /*initialize=*/nullptr, kExecute,
+      /*command_buffer_compatible=*/false);
+  return target;
+}
 
 }  // namespace xlakern

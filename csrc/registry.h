@@ -1,9 +1,10 @@
 // registry.h -- the process-wide record of loaded kernel libraries.
 //
-// One registry serves every bridge. Compiled C++/CUDA sources: a module name
-// maps to the content key it was built from and the library that holds its FFI
-// handlers. Numba and Python-callback kernels: a content key maps to a Kernel
-// record that the runtime's generic handlers find at XLA's instantiate stage.
+// One registry serves compiled modules and the bridges. Compiled C++/CUDA
+// sources: a module name maps to the content key it was built from and the
+// library that holds its FFI handlers. Numba kernels and Python callables: a
+// content key maps to a Kernel record that the runtime's generic handlers find
+// at XLA's instantiate stage.
 // XLA keeps raw handler pointers forever once a target is registered, and a
 // compiled executable may run a kernel at any later time, so nothing that
 // entered the registry is ever unloaded or freed.
@@ -35,7 +36,7 @@ struct ModuleRecord {
 };
 
 // A kernel run by one of the runtime's generic handlers (numba_cpu.h,
-// cubin_kernel.h, python_callback.h derive from it). The handler's HLO names it
+// cuda_image.h, python_callable.h derive from it). The handler's HLO names it
 // only by `key`, a content hash, so an executable compiled in another process
 // finds it or fails with a clear error, never a dangling pointer.
 struct Kernel {

@@ -1,10 +1,13 @@
-"""The runtime's generic FFI targets, shared by every bridge that is not compiled source.
+"""The bridges' generic FFI targets, and the call machinery compiled modules share with them.
 
-Numba CPU kernels, Numba CUDA kernels and Python callables all run through three targets
-registered once per process (``xlakern.numba_cpu``, ``xlakern.cuda_image``,
+A bridge is the path from one kind of Python kernel to one generic FFI target of the runtime
+(see ``_bridge_op``): Numba CPU kernels, Numba CUDA kernels and Python callables run through
+three targets registered once per process (``xlakern.numba_cpu``, ``xlakern.cuda_image``,
 ``xlakern.python_callable``). A call names its kernel by content key in the ``kernel``
 attribute; the runtime finds the kernel at XLA's instantiate stage. Registering a new kernel
-therefore never registers a new FFI target.
+therefore never registers a new FFI target. Registration with XLA (:func:`register_targets`),
+the eager-call cache (:func:`run_ffi`), ``zeroed_outputs`` masks and the size checks also
+serve compiled modules' functions.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import re
 import threading
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import _runtime
@@ -42,8 +47,6 @@ def start_backend(platform: str) -> None:
     surfaces later as "Unable to initialize backend". Registering with a running backend happens
     at once, and its errors reach the caller.
     """
-    import jax
-
     try:
         jax.devices("cpu" if platform == "cpu" else "gpu")
     except RuntimeError:
@@ -63,8 +66,6 @@ def register_targets(platform: str, targets: Sequence[tuple[str, Any, Mapping[st
     each target XLA took, so the caller can record exactly what XLA may hold. Any failure
     becomes :class:`RegistrationError` naming the target.
     """
-    import jax
-
     with _lock:
         try:
             start_backend(platform)
@@ -99,11 +100,11 @@ def ensure_target(target: str) -> None:
     with _lock:
         if target in _registered:
             return
-        for name, platform, stages, (type_name, type_id, type_info), graph_ok in _runtime.bridge_targets():
-            if name == target:
-                register_targets(platform, [(name, stages, _traits(graph_ok))],
-                                 types=[(type_name, {"type_id": type_id, "type_info": type_info})],
-                                 accepted=_registered.add)
+        for bridge in _runtime.bridge_targets():
+            if bridge.name == target:
+                register_targets(bridge.platform,
+                                 [(bridge.name, bridge.stage_handlers, _traits(bridge.command_buffer_compatible))],
+                                 types=[(bridge.state_type_name, bridge.state_type)], accepted=_registered.add)
                 return
         raise AssertionError(f"the runtime has no bridge target {target}")  # pragma: no cover
 
@@ -150,8 +151,6 @@ def check_size(who: str, role: str, i: int, shape: Sequence[int], dtype: Any) ->
 
 def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
     """``outs`` (one ShapeDtypeStruct, or a sequence/pytree of them) as a flat list and treedef."""
-    import jax
-
     flat, treedef = jax.tree.flatten(outs)
     if not flat:
         raise CallError(f"{who}: outs= describes no output; pass a jax.ShapeDtypeStruct per output")
@@ -166,9 +165,6 @@ def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
 
 def as_arrays(who: str, arrays: Sequence[Any]) -> list[Any]:
     """Inputs as JAX values (arrays or tracers); Python scalars and NumPy arrays are converted."""
-    import jax
-    import jax.numpy as jnp
-
     out = []
     for i, x in enumerate(arrays):
         if isinstance(x, (jax.Array, jax.core.Tracer)):
@@ -228,8 +224,6 @@ def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Map
     path dispatches several times faster than binding the primitive eagerly each time. A
     failure reported by an xlakern handler becomes :class:`KernelError`.
     """
-    import jax
-
     aliases = dict(input_output_aliases) if input_output_aliases else None
 
     def make() -> Any:
@@ -263,8 +257,6 @@ def call(target: str, key: str, arrays: Sequence[Any], flat_outs: list[Any], tre
 
     ``zero_mask`` (see :func:`zeroed_mask`) names the outputs the handler clears before the kernel.
     """
-    import jax
-
     ensure_target(target)
     results = run_ffi(target, flat_outs, arrays, {"kernel": key, "zero": np.int64(zero_mask)}, vmap_method,
                       input_output_aliases)
@@ -398,8 +390,6 @@ def signature(who: str, arrays: Sequence[Any], flat_outs: Sequence[Any], support
               platform: str, kind: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """(dtype names, ranks) of inputs then outputs, checking dtypes and that concrete inputs
     live on ``platform`` ("cpu" or "gpu")."""
-    import jax
-
     dtypes, ranks = [], []
     for role, items in (("input", arrays), ("output", flat_outs)):
         for i, x in enumerate(items):

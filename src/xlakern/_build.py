@@ -42,6 +42,7 @@ from typing import Mapping, Sequence
 
 from . import _cache, _codegen, _toolchain
 from ._spec import EntryPoint, Source
+from ._stamped_lookup import Stamped, StampedLookup
 from ._version import __version__
 from .errors import CompilationError, ToolchainError
 
@@ -142,59 +143,39 @@ def absolute_path_flags(flags: Sequence[str], cwd: str | None = None) -> tuple[s
 # Remembered per (path, mtime_ns, size), in memory and in the cache root, so a fresh
 # process hitting the cache only stats the headers its build recorded.
 
-_DIGESTS_FILE = "file-digests.json"
-_digest_lock = threading.Lock()
-_digests: dict[str, list] | None = None
-_digests_dirty = False
+def _encode_digest(known: Stamped) -> object:
+    return [known.mtime_ns, known.size, known.value, known.computed_at_ns]
 
 
-def _digest_memo() -> dict[str, list]:
-    global _digests
-    if _digests is None:
-        _digests = _cache.read_lookup(_cache.cache_root() / _DIGESTS_FILE,
-                                      lambda v: (isinstance(v, list) and len(v) == 4 and isinstance(v[2], str)
-                                                 and isinstance(v[3], int)))
-    return _digests
+def _decode_digest(entry: object) -> Stamped | None:
+    if isinstance(entry, list) and len(entry) == 4 and isinstance(entry[2], str) and isinstance(entry[3], int):
+        return Stamped(entry[0], entry[1], entry[2], entry[3])
+    return None
 
 
 # File times tick coarsely (a few ms; seconds on some file systems): a file hashed within this
 # margin of its mtime could change again without its (mtime, size) changing, so it is re-hashed
 # until it is older (git's "racily clean" rule).
 _RACY_NS = 2_000_000_000
+_digests = StampedLookup("file-digests.json", _encode_digest, _decode_digest, racy_ns=_RACY_NS)
 
 
 def _file_digest(path: str) -> str:
-    global _digests_dirty
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):  # /dev/stdin, a FIFO: reading could block, and nothing is cached
         raise OSError(errno.EINVAL, "not a regular file", path)
-    with _digest_lock:
-        entry = _digest_memo().get(path)
-        # An entry of the wrong shape (another version's, hand-edited) is recomputed.
-        if (isinstance(entry, list) and len(entry) == 4 and entry[0] == st.st_mtime_ns
-                and entry[1] == st.st_size and isinstance(entry[2], str) and isinstance(entry[3], int)
-                and entry[0] < entry[3] - _RACY_NS):
-            return entry[2]
+    known = _digests.get(path, st)
+    if known is not None:
+        return known
     hashed_at = time.time_ns()
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
-    with _digest_lock:
-        _digest_memo()[path] = [st.st_mtime_ns, st.st_size, digest, hashed_at]
-        _digests_dirty = True
+    _digests.put(path, st, digest, hashed_at)
     return digest
 
 
 def _save_digests() -> None:
-    global _digests_dirty
-    with _digest_lock:
-        if not _digests_dirty or _digests is None:
-            return
-        text = json.dumps(_digests)
-        _digests_dirty = False
-    try:
-        _cache.atomic_write_text(_cache.cache_root() / _DIGESTS_FILE, text)
-    except OSError:
-        pass  # read-only cache: we only lose the shortcut
+    _digests.save()  # a read-only cache only loses the shortcut
 
 
 def headers_unchanged(recorded: object) -> bool:

@@ -126,3 +126,162 @@ def jax_backends_started() -> bool:
         return False
     probe = getattr(xla_bridge, "backends_are_initialized", None)
     return bool(probe()) if probe is not None else False
+
+
+# =========================================================================== Numba private names
+#
+# The Numba internals the bridges use, each behind one function that says which public API it
+# stands in for, if any. Tested with numba 0.68 and numba-cuda 0.30.4. Numba is an optional
+# dependency: these functions import it when called, never when xlakern is imported. (The
+# section's own imports stand here, not at the top, so it stays one block apart from the jax part.)
+
+import pickle  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+def is_cpu_dispatcher(obj: object) -> bool:
+    """Whether ``obj`` is an ``@numba.njit`` function.
+
+    Reads ``numba.core.registry.CPUDispatcher``, which has no public name
+    (``numba.extending.is_jitted`` also accepts other targets' dispatchers).
+    """
+    try:
+        from numba.core.registry import CPUDispatcher
+    except ImportError:  # pragma: no cover - numba not installed
+        return False
+    return isinstance(obj, CPUDispatcher)
+
+
+def is_cuda_dispatcher(obj: object) -> bool:
+    """Whether ``obj`` is a ``@cuda.jit`` kernel, without importing ``numba.cuda``.
+
+    Reads ``numba.cuda.dispatcher.CUDADispatcher`` (no public name), and only once something
+    imported it: no CUDA kernel exists before that.
+    """
+    module = sys.modules.get("numba.cuda.dispatcher")
+    return module is not None and isinstance(obj, getattr(module, "CUDADispatcher", ()))
+
+
+def numba_threads_launched() -> bool:
+    """Whether Numba started its parallel thread pool (and so fixed its threading layer).
+
+    Reads ``numba.np.ufunc.parallel._is_initialized``; the public ``numba.threading_layer()``
+    tells the same by raising ValueError until then.
+    """
+    from numba.np.ufunc import parallel
+
+    return bool(getattr(parallel, "_is_initialized", False))
+
+
+def launch_numba_threads() -> None:
+    """Start Numba's parallel thread pool with the configured threading layer (raises if it
+    cannot be loaded; a no-op once started).
+
+    Calls ``numba.np.ufunc.parallel._launch_threads``; the public ``numba.get_num_threads()``
+    starts the pool too, as a side effect.
+    """
+    from numba.np.ufunc import parallel
+
+    parallel._launch_threads()
+
+
+def cpu_codegen_magic() -> tuple:
+    """What Numba's CPU machine code depends on: target triple, host CPU name and features.
+
+    ``numba.core.registry.cpu_target.target_context.codegen().magic_tuple()``, which Numba's
+    own ``cache=True`` keys its index with; no public name.
+    """
+    from numba.core import registry
+
+    return registry.cpu_target.target_context.codegen().magic_tuple()
+
+
+def uncompiled_cfunc(pyfunc: Any, signature: Any, cache: Any = None) -> Any:
+    """A ``@cfunc`` of ``pyfunc`` for ``signature`` (a Numba signature), compiled by its
+    ``compile()``; with ``cache`` (an object with Numba's ``load_overload``/``save_overload``),
+    the compile result is loaded from and stored to it.
+
+    Stands in for ``numba.cfunc(signature, cache=True)``, which compiles at once and keeps its
+    cache beside the source file: builds ``numba.core.ccallback.CFunc`` and sets its ``_cache``.
+    """
+    from numba.core.ccallback import CFunc
+
+    cfunc = CFunc(pyfunc, (signature.args, signature.return_type), locals={}, options={})
+    if cache is not None:
+        cfunc._cache = cache
+    return cfunc
+
+
+def compile_result_payload(cres: Any) -> bytes | None:
+    """A compile result as the bytes Numba's ``cache=True`` stores, or None when its machine
+    code holds this process's addresses and must never be reused elsewhere.
+
+    ``CompileResult._reduce`` serialised with ``numba.core.serialize.dumps``; no public name.
+    """
+    if any(not f.can_cache for f in cres.lifted) or cres.library.has_dynamic_globals:
+        return None
+    from numba.core.serialize import dumps
+
+    return dumps(cres._reduce())
+
+
+def rebuild_compile_result(target_context: Any, payload: bytes) -> Any:
+    """The compile result :func:`compile_result_payload` stored, rebuilt without Numba's compiler.
+
+    ``CompileResult._rebuild``, what ``cache=True`` loads with; no public name. Numba's runtime
+    (NRT) is installed first, as Numba does before compiling: the stored object code links
+    against its symbols.
+    """
+    from numba.core.compiler import CompileResult
+
+    target_context.refresh()
+    return CompileResult._rebuild(target_context, *pickle.loads(payload))
+
+
+def cuda_code_library(kernel: Any) -> Any:
+    """The code library (PTX, cubin, linked files) of a compiled ``@cuda.jit`` kernel, as
+    ``dispatcher.compile(argtypes)`` returns it.
+
+    Reads ``kernel._codelibrary``; numba-cuda 0.30.4 also has it as the public ``kernel.library``,
+    which the numba.cuda inside older Numba lacks.
+    """
+    return kernel._codelibrary
+
+
+def launch_needs_numba(library: Any) -> list[str]:
+    """Why kernels of the code ``library`` can only be launched by Numba's own launcher
+    (empty when a plain ``cuLaunchKernel`` runs them).
+
+    Reads ``_setup_functions``, ``_teardown_functions`` and ``_linking_files`` of numba-cuda's
+    ``CUDACodeLibrary``; no public name.
+    """
+    reasons = []
+    if getattr(library, "_setup_functions", None) or getattr(library, "_teardown_functions", None):
+        reasons.append("its linked code needs module setup callbacks")
+    if any("nrt" in str(f).lower() for f in getattr(library, "_linking_files", ()) or ()):
+        reasons.append("it uses Numba's CUDA runtime (NRT)")
+    return reasons
+
+
+def device_array_at(cuda: Any, context: Any, address: int, shape: tuple[int, ...], dtype: str) -> Any:
+    """A Numba device array over the C-contiguous GPU buffer at ``address`` in ``context``,
+    owning nothing (zero copy).
+
+    Builds ``numba.cuda.cudadrv.driver.MemoryPointer`` and ``DeviceNDArray`` directly, as the
+    public ``numba.cuda.from_cuda_array_interface`` does, but in ``context`` (the one of XLA's
+    device) rather than whichever context is current.
+    """
+    from numba.cuda.cudadrv import driver
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    dt = np.dtype(dtype)
+    strides, step = [], dt.itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes == 0:
+        return cuda.device_array(shape, dtype=dt)
+    pointer = driver.MemoryPointer(context, driver.binding.CUdeviceptr(address), size=nbytes)
+    return DeviceNDArray(shape, tuple(reversed(strides)), dt, stream=0, gpu_data=pointer)

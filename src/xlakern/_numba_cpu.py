@@ -1,7 +1,7 @@
 """Numba CPU kernels as JAX operations, called from C++ with no Python per call: ``numba_kernel``.
 
 For each (kernel, input and output dtypes and ranks) xlakern compiles one Numba ``@cfunc``
-``int32 entry(void** data, int64* dims)`` that rebuilds the arrays with ``numba.carray``, calls
+``int32 cfunc(void** data, int64* dims)`` that rebuilds the arrays with ``numba.carray``, calls
 the kernel inside ``try``, and returns 1 if it raised. The runtime's ``xlakern.numba_cpu``
 handler calls that function pointer directly. The cfunc is registered in the runtime under a
 content key; the HLO carries only that key, so a program compiled in another process can never
@@ -11,18 +11,15 @@ reach a stale pointer.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import pickle
-import threading
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
-from . import _bridge, _numba_store, _runtime
+from . import _bridge, _compat, _numba_store, _runtime
+from ._bridge_op import BridgeOp, RegisteredKernels
 from ._build import Progress
-from ._fingerprint import fingerprint_dispatcher
+from ._fingerprint import Fingerprint
 from ._hoist import without_body_imports
 from .errors import CallError
 
@@ -30,29 +27,13 @@ from .errors import CallError
 # Numba's CPU target cannot do arithmetic on it).
 from ._dtypes import NUMBA_DTYPES as NUMBA_CPU_DTYPES  # from the one dtype table
 
-_ENTRY_VERSION = 2  # bump when the generated cfunc changes (2: inputs are read-only)
+_CFUNC_VERSION = 2  # bump when the generated cfunc changes (2: inputs are read-only)
 
-
-@dataclass
-class _Cfunc:
-    key: str
-    name: str
-    kernel: Any  # the user's dispatcher, kept for error explanations
-    cfunc: Any  # keeps the machine code alive: the runtime holds its address forever
-
-
-_CFUNCS: dict[str, _Cfunc] = {}
-_COMPILE_LOCK = threading.RLock()
+# The compiled cfuncs, which keep their machine code alive: the runtime holds its address forever.
+_CFUNCS = RegisteredKernels(_CFUNC_VERSION)
+_COMPILE_LOCK = _CFUNCS.lock
 _threading_checked = False
 _serialize_parallel = False
-
-
-def _is_cpu_dispatcher(obj: Any) -> bool:
-    try:
-        from numba.core.registry import CPUDispatcher
-    except ImportError:  # pragma: no cover - numba not installed
-        return False
-    return isinstance(obj, CPUDispatcher)
 
 
 def _configure_threading() -> bool:
@@ -67,17 +48,16 @@ def _configure_threading() -> bool:
     if _threading_checked:
         return _serialize_parallel
     import numba
-    from numba.np.ufunc import parallel
 
     with _COMPILE_LOCK:
         if not _threading_checked:
-            if not getattr(parallel, "_is_initialized", False) and numba.config.THREADING_LAYER == "default":
+            if not _compat.numba_threads_launched() and numba.config.THREADING_LAYER == "default":
                 numba.config.THREADING_LAYER = "threadsafe"
                 try:
-                    parallel._launch_threads()
+                    _compat.launch_numba_threads()
                 except Exception:
                     numba.config.THREADING_LAYER = "default"
-            parallel._launch_threads()
+            _compat.launch_numba_threads()
             _serialize_parallel = numba.threading_layer() == "workqueue"
             _threading_checked = True
     return _serialize_parallel
@@ -108,8 +88,8 @@ def _readonly() -> Any:
     return _readonly_view
 
 
-def _entry_source(n_args: int, ranks: tuple[int, ...], n_inputs: int) -> str:
-    lines = ["def entry(data, dims):"]
+def _cfunc_source(n_args: int, ranks: tuple[int, ...], n_inputs: int) -> str:
+    lines = ["def cfunc(data, dims):"]
     offset = 0
     for a, rank in enumerate(ranks):
         shape = "(" + "".join(f"dims[{offset + i}], " for i in range(rank)) + ")"
@@ -143,32 +123,23 @@ class _DiskCache:
         if payload is None:
             return None
         try:
-            from numba.core.compiler import CompileResult
-
-            # What Numba does before compiling: install its runtime (NRT), whose symbols the
-            # stored object code links against.
-            target_context.refresh()
-            cres = CompileResult._rebuild(target_context, *pickle.loads(payload))
+            return _compat.rebuild_compile_result(target_context, payload)
         except Exception as e:  # written by another Numba, or it imports what is gone: compile
-            logging.getLogger("xlakern").info("xlakern: Numba cache entry %s unusable (%s)", self.key[:12], e)
+            logging.getLogger("xlakern").info("xlakern: stored Numba cfunc %s unusable (%s)", self.key[:12], e)
             return None
-        return cres
 
     def save_overload(self, sig: Any, cres: Any) -> None:
-        if any(not f.can_cache for f in cres.lifted) or cres.library.has_dynamic_globals:
-            return  # machine code holding this process's addresses: never reuse it elsewhere
-        from numba.core.serialize import dumps
-
         try:
-            payload = dumps(cres._reduce())
+            payload = _compat.compile_result_payload(cres)
         except Exception as e:
-            logging.getLogger("xlakern").info("xlakern: cannot store Numba entry %s (%s)", self.key[:12], e)
+            logging.getLogger("xlakern").info("xlakern: cannot store Numba cfunc %s (%s)", self.key[:12], e)
             return
-        _numba_store.store(_numba_store.CPU_KIND, self.key, payload)
+        if payload is not None:  # None: machine code holding this process's addresses
+            _numba_store.store(_numba_store.CPU_KIND, self.key, payload)
 
 
-def _disk_key(fp: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> str | None:
-    """The cross-process key of an entry, or None when it must be compiled in each process.
+def _disk_key(fp: Fingerprint, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> str | None:
+    """The cross-process key of a cfunc, or None when it must be compiled in each process.
 
     That is when the kernel's fingerprint is not portable, and when it runs parallel loops: a
     cfunc calling a parfor kernel, once reloaded from object code, crashes on its first call
@@ -177,56 +148,40 @@ def _disk_key(fp: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs
     if not fp.portable or fp.uses_parallel:
         return None
     import numba
-    from numba.core import registry
 
-    codegen = registry.cpu_target.target_context.codegen()
     options = tuple(getattr(numba.config, n, None) for n in ("OPT", "BOUNDSCHECK", "DEBUGINFO_DEFAULT"))
-    return _numba_store.disk_key(_numba_store.CPU_KIND, _ENTRY_VERSION, codegen.magic_tuple(), options,
+    return _numba_store.disk_key(_numba_store.CPU_KIND, _CFUNC_VERSION, _compat.cpu_codegen_magic(), options,
                                  fp.digest, dtypes, ranks, n_inputs)
 
 
-def _compile_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int,
+def _compile_cfunc(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int,
                    disk_key: str | None = None) -> Any:
     """The compiled cfunc; with ``disk_key``, loaded from xlakern's cache when stored there."""
     import numba
     from numba import types
-    from numba.core.ccallback import CFunc
 
-    # __name__ makes the entry's Numba environment importable when a cache hit rebuilds it.
+    # __name__ makes the cfunc's Numba environment importable when a cache hit rebuilds it.
     namespace: dict[str, Any] = {"carray": numba.carray, "kernel": kernel, "readonly": _readonly(),
                                  "__name__": __name__}
     for a, dt in enumerate(dtypes):
         namespace[f"dt{a}"] = np.dtype(dt)
-    exec(compile(_entry_source(len(dtypes), ranks, n_inputs), f"<xlakern entry for {kernel.__name__}>", "exec"),
+    exec(compile(_cfunc_source(len(dtypes), ranks, n_inputs), f"<xlakern cfunc for {kernel.__name__}>", "exec"),
          namespace)
     signature = types.int32(types.CPointer(types.voidptr), types.CPointer(types.int64))
-    cfunc = CFunc(namespace["entry"], (signature.args, signature.return_type), locals={}, options={})
-    if disk_key is not None:
-        cfunc._cache = _DiskCache(disk_key)
+    cfunc = _compat.uncompiled_cfunc(namespace["cfunc"], signature,
+                                     _DiskCache(disk_key) if disk_key is not None else None)
     with Progress(f"compiling numba kernel {kernel.__name__}", quiet=False):
         cfunc.compile()
     return cfunc
 
 
-def _kernel_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> _Cfunc:
-    """The registered cfunc for this kernel specialisation, compiling it on first use."""
-    import numba
+def _registered_cfunc(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> str:
+    """The runtime key of this kernel specialisation's cfunc, compiling and registering it on first use."""
 
-    fp = fingerprint_dispatcher(kernel)
-    # Unfingerprintable kernels are keyed by identity; _CFUNCS keeps them alive, so ids stay unique.
-    content = fp.digest or f"identity:{id(kernel)}"
-    key = hashlib.sha256(repr((_ENTRY_VERSION, numba.__version__, content, dtypes, ranks, n_inputs)).encode()
-                         ).hexdigest()
-    entry = _CFUNCS.get(key)
-    if entry is not None:
-        return entry
-    serialize = _configure_threading() if fp.uses_parallel else False
-    with _COMPILE_LOCK:
-        entry = _CFUNCS.get(key)
-        if entry is not None:
-            return entry
+    def compile_and_register(key: str, fp: Fingerprint) -> Any:
+        serialize = _configure_threading() if fp.uses_parallel else False
         try:
-            cfunc = _compile_entry(without_body_imports(kernel, _njit_like(kernel)), dtypes, ranks, n_inputs,
+            cfunc = _compile_cfunc(without_body_imports(kernel, _njit_like(kernel)), dtypes, ranks, n_inputs,
                                    _disk_key(fp, dtypes, ranks, n_inputs))
         except Exception as e:
             sig = ", ".join(f"{d}[{'x'.join(':' * r) or '0-d'}]" for d, r in zip(dtypes, ranks))
@@ -239,11 +194,11 @@ def _kernel_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], 
                         "input_output_aliases and write the output.")
             raise CallError(f"numba_kernel: Numba could not compile '{kernel.__name__}' for arrays ({sig}): "
                             f"{type(e).__name__}: {e}.{hint}") from e
-        entry = _Cfunc(key, kernel.__name__, kernel, cfunc)
         _runtime.register_numba_cpu_kernel(key, kernel.__name__, cfunc.address, list(dtypes), list(ranks),
                                            n_inputs, serialize)
-        _CFUNCS[key] = entry
-    return entry
+        return cfunc
+
+    return _CFUNCS.kernel_for(kernel, (dtypes, ranks, n_inputs), compile_and_register).key
 
 
 def _array_at(address: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -256,61 +211,43 @@ def _array_at(address: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
 
 
 def _explain_error(key: str, arrays: list, n_inputs: int, stream: int, device: int) -> str:
-    """Runtime hook: the kernel's compiled entry reported an exception; re-run it to recover which."""
-    entry = _CFUNCS.get(key)
-    if entry is None:
+    """Runtime hook: the kernel's cfunc reported an exception; re-run the kernel to recover which."""
+    registered = _CFUNCS.find(key)
+    if registered is None:
         return "it raised an exception"
     views = [_array_at(addr, shape, dtype) for addr, shape, dtype in arrays]
     for v in views[:n_inputs]:
-        v.flags.writeable = False  # as in the compiled entry: the re-run must not write inputs either
+        v.flags.writeable = False  # as in the cfunc: the re-run must not write inputs either
     try:
-        without_body_imports(entry.kernel, _njit_like(entry.kernel))(*views)
+        without_body_imports(registered.kernel, _njit_like(registered.kernel))(*views)
     except Exception as e:
         return f"{type(e).__name__}: {e}"
     return ("it raised an exception; re-running it on the same arrays to recover the message did not raise "
             "(its failure may depend on outputs it had already written)")
 
 
-_runtime.set_python_hook(0, _explain_error)
-
-
-class NumbaKernel:
+class NumbaKernel(BridgeOp):
     """A Numba CPU kernel as a function of JAX arrays; made by :func:`numba_kernel`."""
+
+    wrapper = "numba_kernel"
+    target = _bridge.NUMBA_CPU_TARGET
+    dtypes = NUMBA_CPU_DTYPES
+    platform = "cpu"
+    kind = "Numba CPU kernels"
+    python_hook = (_runtime.PythonHook.EXPLAIN_NUMBA_ERROR, _explain_error)
 
     def __init__(self, kernel: Any, outs: Any, vmap_method: str | None,
                  input_output_aliases: Mapping[int, int] | None, zeroed_outputs: Any = None):
         self.kernel = kernel
-        self.__name__ = getattr(kernel, "__name__", "kernel")
-        self.outs = outs
-        self._flat_outs, self._treedef = _bridge.flatten_outs(outs, f"numba_kernel({self.__name__})")
-        self.vmap_method = vmap_method
-        self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
-        self._n_inputs = _bridge.count_inputs(kernel.py_func, len(self._flat_outs), f"numba_kernel({self.__name__})")
-        _bridge.check_aliases(f"numba_kernel({self.__name__})", self.input_output_aliases, self._n_inputs,
-                              self._flat_outs)
-        self.zeroed_outputs = zeroed_outputs
-        self._zero_mask = None if zeroed_outputs is None else _bridge.zeroed_mask(
-            f"numba_kernel({self.__name__})", zeroed_outputs, len(self._flat_outs), self.input_output_aliases)
-        self._entries: dict[tuple, _Cfunc] = {}
+        super().__init__(getattr(kernel, "__name__", "kernel"), kernel.py_func, outs, vmap_method,
+                         input_output_aliases, zeroed_outputs)
 
-    def __repr__(self) -> str:
-        return f"<xlakern numba_kernel {self.__name__}: {len(self._flat_outs)} output(s)>"
+    def _arity_note(self) -> str:
+        n_outs = len(self._flat_outs)
+        return f" (the kernel's {self._n_inputs + n_outs} parameters minus {n_outs} output(s))"
 
-    def __call__(self, *arrays: Any) -> Any:
-        who = f"numba_kernel({self.__name__})"
-        if self._n_inputs is not None and len(arrays) != self._n_inputs:
-            raise CallError(f"{who} takes {self._n_inputs} input array(s) (the kernel's "
-                            f"{self._n_inputs + len(self._flat_outs)} parameters minus {len(self._flat_outs)} "
-                            f"output(s)); got {len(arrays)}")
-        arrays = _bridge.as_arrays(who, arrays)
-        spec = _bridge.signature(who, arrays, self._flat_outs, NUMBA_CPU_DTYPES, "cpu", "Numba CPU kernels")
-        entry = self._entries.get(spec)
-        if entry is None:
-            entry = _kernel_entry(self.kernel, spec[0], spec[1], len(arrays))
-            self._entries[spec] = entry
-        zero = _bridge.call_mask(who, self._zero_mask, len(self._flat_outs), self.input_output_aliases)
-        return _bridge.call(_bridge.NUMBA_CPU_TARGET, entry.key, arrays, self._flat_outs, self._treedef,
-                            self.vmap_method, self.input_output_aliases, zero)
+    def _register(self, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> str:
+        return _registered_cfunc(self.kernel, dtypes, ranks, n_inputs)
 
 
 def numba_kernel(kernel: Any, outs: Any, *, vmap_method: str | None = None,
@@ -344,7 +281,7 @@ def numba_kernel(kernel: Any, outs: Any, *, vmap_method: str | None = None,
         f = xlakern.numba_kernel(add, outs=jax.ShapeDtypeStruct((8,), jnp.float32))
         z = jax.jit(f)(jnp.ones(8, jnp.float32), jnp.arange(8, dtype=jnp.float32))
     """
-    if not _is_cpu_dispatcher(kernel):
+    if not _compat.is_cpu_dispatcher(kernel):
         what = type(kernel).__name__
         hint = " (a @cuda.jit kernel: use numba_cuda_kernel)" if hasattr(kernel, "targetoptions") else ""
         raise CallError(f"numba_kernel needs an @numba.njit function; got {what}{hint}")
@@ -354,7 +291,7 @@ def numba_kernel(kernel: Any, outs: Any, *, vmap_method: str | None = None,
 def numba_kernel_cache_info() -> dict[str, int]:
     """Counts of what the Numba bridges hold in this process.
 
-    ``cfuncs``: compiled Numba CPU entry points (one per kernel content and dtype/rank
+    ``cfuncs``: compiled Numba CPU cfuncs (one per kernel content and dtype/rank
     signature); ``runtime_kernels``: kernels registered with the runtime's generic targets.
 
     Example::

@@ -1,4 +1,4 @@
-"""Numba CUDA kernels in JAX: ``numba_cuda_kernel`` (launched from C++) and ``numba_cuda_callable``.
+"""Numba CUDA kernels as JAX operations, launched from C++: ``numba_cuda_kernel``.
 
 ``numba_cuda_kernel`` specialises the ``@cuda.jit`` dispatcher for the call's array types at
 trace time, takes the linked cubin for the GPU's compute capability and the kernel's entry
@@ -7,52 +7,44 @@ the image once per device context and launches it with ``cuLaunchKernel`` on XLA
 packing each array in Numba's argument layout: no Python per launch, and XLA may capture the
 launches into a CUDA graph.
 
-``numba_cuda_callable`` runs a Python function per call (its purpose), handing it Numba device
-arrays that alias XLA's buffers and XLA's stream.
+``numba_cuda_callable``, which runs a Python function per call, is its own bridge
+(``xlakern._python_callable``); its names stay importable from here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
-import threading
-import traceback
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, Mapping, Sequence
 
+import jax
 import numpy as np
 
-from . import _bridge, _numba_store, _runtime
+from . import _bridge, _compat, _numba_store, _runtime
+from ._bridge_op import BridgeOp, RegisteredKernels
 from ._build import Progress
-from ._fingerprint import Fingerprint, fingerprint_dispatcher
-from ._hoist import KernelSwap, without_body_imports
+from ._fingerprint import Fingerprint
+from ._hoist import without_body_imports
 from .errors import CallError, SpecError
 
 from ._dtypes import NUMBA_DTYPES as NUMBA_CUDA_DTYPES  # from the one dtype table
 DEFAULT_BLOCK_2D = (16, 16, 1)
 DEFAULT_BLOCK_3D = (8, 8, 4)
 _MAX_THREADS_PER_BLOCK = 1024
-_ENTRY_VERSION = 1
+_IMAGE_VERSION = 1  # bump when what a stored or registered kernel image holds changes
 
 
 def import_numba_cuda() -> Any:
-    """``numba.cuda``, imported with the NumPy 2.5 workaround in place (see ``xlakern._compat``)."""
-    from . import _compat  # noqa: F401  (restores np.row_stack before numba.cuda registers overloads)
-
+    """``numba.cuda``, imported with the NumPy 2.5 workaround in place (``_compat``, imported
+    above, restores np.row_stack before numba.cuda registers overloads)."""
     try:
         from numba import cuda
     except ImportError as e:
         raise CallError(f"Numba CUDA kernels need numba-cuda (pip install numba-cuda): {e}") from e
     return cuda
-
-
-def _is_cuda_dispatcher(obj: Any) -> bool:
-    import sys
-
-    mod = sys.modules.get("numba.cuda.dispatcher")
-    return mod is not None and isinstance(obj, getattr(mod, "CUDADispatcher", ()))
 
 
 # --------------------------------------------------------------------------- launch configuration
@@ -123,7 +115,7 @@ def _launch(grid: Any, block: Any, launch_dims: Any, threads_per_block: int, sha
 class KernelImage:
     kind: str  # "cubin" or "ptx"
     data: bytes  # cubin bytes, or NUL-terminated PTX text
-    entry: str  # the mangled kernel name
+    entry: str  # the kernel's mangled name: its PTX ".entry"
 
 
 def _array_types(dtypes: Sequence[str], ranks: Sequence[int]) -> tuple:
@@ -134,7 +126,6 @@ def _array_types(dtypes: Sequence[str], ranks: Sequence[int]) -> tuple:
 
 def _reject_unsupported(kern: Any, name: str) -> None:
     """Refuse kernels whose launch needs Numba's own launcher."""
-    lib = kern._codelibrary
     reasons = []
     if getattr(kern, "debug", False):
         reasons.append("it was compiled with debug=True, whose exception flag Numba's launcher checks after "
@@ -145,10 +136,7 @@ def _reject_unsupported(kern: Any, name: str) -> None:
         reasons.append("it was compiled with launch extensions")
     if getattr(kern, "launch_config_sensitive", False):
         reasons.append("it is launch-configuration sensitive")
-    if getattr(lib, "_setup_functions", None) or getattr(lib, "_teardown_functions", None):
-        reasons.append("its linked code needs module setup callbacks")
-    if any("nrt" in str(f).lower() for f in getattr(lib, "_linking_files", ()) or ()):
-        reasons.append("it uses Numba's CUDA runtime (NRT)")
+    reasons += _compat.launch_needs_numba(_compat.cuda_code_library(kern))
     if reasons:
         raise CallError(f"numba_cuda_kernel: '{name}' cannot be launched from xlakern's runtime: "
                         f"{'; '.join(reasons)}. Use numba_cuda_callable, which launches through Numba")
@@ -182,14 +170,12 @@ def kernel_image(dispatcher: Any, arg_types: Sequence[Any], cc: tuple[int, int] 
         raise SpecError(f"prefer must be 'cubin' or 'ptx'; got {prefer!r}")
     kern = dispatcher.compile(tuple(arg_types))
     _reject_unsupported(kern, name)
-    cubin = kern._codelibrary.get_cubin(cc=cc)
+    cubin = _compat.cuda_code_library(kern).get_cubin(cc=cc)
     return KernelImage("cubin", bytes(getattr(cubin, "code", cubin)), kern.entry_name)
 
 
 def _gpu_compute_capability() -> tuple[int, int] | None:
     """The compute capability shared by every GPU JAX sees (None if they differ: then PTX is used)."""
-    import jax
-
     try:
         devices = jax.devices("gpu")
     except RuntimeError:
@@ -200,8 +186,6 @@ def _gpu_compute_capability() -> tuple[int, int] | None:
 
 
 def _numba_cuda_version() -> str:
-    from importlib import metadata
-
     try:
         return metadata.version("numba-cuda")
     except metadata.PackageNotFoundError:  # the numba.cuda that ships inside numba
@@ -234,7 +218,7 @@ def cached_kernel_image(kernel: Any, fp: Fingerprint, dtypes: tuple[str, ...], r
     prefer = prefer or ("cubin" if cc else "ptx")
     key = None
     if fp.portable:
-        key = _numba_store.disk_key(_numba_store.CUDA_KIND, _ENTRY_VERSION, _numba_cuda_version(), fp.digest,
+        key = _numba_store.disk_key(_numba_store.CUDA_KIND, _IMAGE_VERSION, _numba_cuda_version(), fp.digest,
                                     dtypes, ranks, cc, prefer)
         payload = _numba_store.load(_numba_store.CUDA_KIND, key)
         if payload is not None:
@@ -251,34 +235,16 @@ def cached_kernel_image(kernel: Any, fp: Fingerprint, dtypes: tuple[str, ...], r
     return image
 
 
-@dataclass
-class _CudaEntry:
-    key: str
-    name: str
-    image: KernelImage
-    kernel: Any  # kept alive: identity keys rely on its id staying unique
+# The registered kernel images.
+_IMAGES = RegisteredKernels(_IMAGE_VERSION)
 
 
-_ENTRIES: dict[str, _CudaEntry] = {}
-_COMPILE_LOCK = threading.RLock()
-
-
-def _cuda_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int,
-                grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int) -> _CudaEntry:
-    import numba
-
+def _registered_image(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int,
+                      grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int) -> str:
+    """The runtime key of this kernel specialisation's image, compiling and registering it on first use."""
     cc = _gpu_compute_capability()
-    fp = fingerprint_dispatcher(kernel)
-    content = fp.digest or f"identity:{id(kernel)}"
-    key = hashlib.sha256(repr((_ENTRY_VERSION, numba.__version__, content, dtypes, ranks, n_inputs, grid, block,
-                               shared_mem, cc)).encode()).hexdigest()
-    entry = _ENTRIES.get(key)
-    if entry is not None:
-        return entry
-    with _COMPILE_LOCK:
-        entry = _ENTRIES.get(key)
-        if entry is not None:
-            return entry
+
+    def compile_and_register(key: str, fp: Fingerprint) -> KernelImage:
         try:
             image = cached_kernel_image(kernel, fp, dtypes, ranks, cc)
         except CallError:
@@ -289,50 +255,35 @@ def _cuda_entry(kernel: Any, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_
                             f"{type(e).__name__}: {e}") from e
         _runtime.register_cuda_image_kernel(key, kernel.__name__, image.data, image.entry, list(dtypes),
                                             list(ranks), n_inputs, grid, block, shared_mem)
-        entry = _CudaEntry(key, kernel.__name__, image, kernel)
-        _ENTRIES[key] = entry
-    return entry
+        return image
+
+    parts = (dtypes, ranks, n_inputs, grid, block, shared_mem, cc)
+    return _IMAGES.kernel_for(kernel, parts, compile_and_register).key
 
 
-# --------------------------------------------------------------------------- shared call checks
-
-class NumbaCudaKernel:
+class NumbaCudaKernel(BridgeOp):
     """A ``@cuda.jit`` kernel as a function of JAX GPU arrays; made by :func:`numba_cuda_kernel`."""
+
+    wrapper = "numba_cuda_kernel"
+    target = _bridge.CUDA_IMAGE_TARGET
+    dtypes = NUMBA_CUDA_DTYPES
+    platform = "gpu"
+    kind = "Numba CUDA kernels"
 
     def __init__(self, kernel: Any, outs: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
                  shared_mem: int, vmap_method: str | None, input_output_aliases: Mapping[int, int] | None,
                  zeroed_outputs: Any = None):
         self.kernel = kernel
-        self.__name__ = getattr(kernel, "__name__", "kernel")
         self.grid, self.block, self.shared_mem = grid, block, shared_mem
-        self.vmap_method = vmap_method
-        who = f"numba_cuda_kernel({self.__name__})"
-        self._flat_outs, self._treedef = _bridge.flatten_outs(outs, who)
-        self._n_inputs = _bridge.count_inputs(kernel.py_func, len(self._flat_outs), who)
-        self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
-        _bridge.check_aliases(who, self.input_output_aliases, self._n_inputs, self._flat_outs)
-        self.zeroed_outputs = zeroed_outputs
-        self._zero_mask = None if zeroed_outputs is None else _bridge.zeroed_mask(
-            who, zeroed_outputs, len(self._flat_outs), self.input_output_aliases,
-            {"grid": grid, "block": block, "shared_mem": shared_mem})
-        self._entries: dict[tuple, _CudaEntry] = {}
+        super().__init__(getattr(kernel, "__name__", "kernel"), kernel.py_func, outs, vmap_method,
+                         input_output_aliases, zeroed_outputs,
+                         {"grid": grid, "block": block, "shared_mem": shared_mem})
 
     def __repr__(self) -> str:
         return f"<xlakern numba_cuda_kernel {self.__name__}: grid {self.grid}, block {self.block}>"
 
-    def __call__(self, *arrays: Any) -> Any:
-        who = f"numba_cuda_kernel({self.__name__})"
-        if self._n_inputs is not None and len(arrays) != self._n_inputs:
-            raise CallError(f"{who} takes {self._n_inputs} input array(s); got {len(arrays)}")
-        arrays = _bridge.as_arrays(who, arrays)
-        spec = _bridge.signature(who, arrays, self._flat_outs, NUMBA_CUDA_DTYPES, "gpu", "Numba CUDA kernels")
-        entry = self._entries.get(spec)
-        if entry is None:
-            entry = _cuda_entry(self.kernel, spec[0], spec[1], len(arrays), self.grid, self.block, self.shared_mem)
-            self._entries[spec] = entry
-        zero = _bridge.call_mask(who, self._zero_mask, len(self._flat_outs), self.input_output_aliases)
-        return _bridge.call(_bridge.CUDA_IMAGE_TARGET, entry.key, arrays, self._flat_outs, self._treedef,
-                            self.vmap_method, self.input_output_aliases, zero)
+    def _register(self, dtypes: tuple[str, ...], ranks: tuple[int, ...], n_inputs: int) -> str:
+        return _registered_image(self.kernel, dtypes, ranks, n_inputs, self.grid, self.block, self.shared_mem)
 
 
 def numba_cuda_kernel(kernel: Any, outs: Any, *, grid: Any = None, block: Any = None, launch_dims: Any = None,
@@ -365,141 +316,22 @@ def numba_cuda_kernel(kernel: Any, outs: Any, *, grid: Any = None, block: Any = 
         z = jax.jit(f)(a, b)
     """
     g, b, smem = _launch(grid, block, launch_dims, threads_per_block, shared_mem)
-    if not _is_cuda_dispatcher(kernel):
+    if not _compat.is_cuda_dispatcher(kernel):
         hint = " (an @numba.njit kernel: use numba_kernel)" if hasattr(kernel, "targetoptions") else ""
         raise CallError(f"numba_cuda_kernel needs a @numba.cuda.jit kernel; got {type(kernel).__name__}{hint}")
     return NumbaCudaKernel(kernel, outs, g, b, smem, vmap_method, input_output_aliases, zeroed_outputs)
 
 
-# --------------------------------------------------------------------------- Python callables
+# --------------------------------------------------------------------------- the callable bridge's names
 
-_CALLABLES: dict[str, Any] = {}  # key -> function; kept for the life of the process, like its FFI state
-
-
-def _hoisted_twin(value: Any) -> Any:
-    """A ``@cuda.jit`` kernel with body imports as its hoisted twin; anything else as it is."""
-    if not _is_cuda_dispatcher(value):
-        return value
-    return without_body_imports(value, lambda fn: import_numba_cuda().jit(**dict(value.targetoptions))(fn))
-_streams: dict[int, Any] = {}
-_contexts: dict[int, Any] = {}
+# numba_cuda_callable moved to its own bridge module; these names stay importable from here.
+# Looked up on first use, so neither module imports the other while it loads.
+_MOVED_TO_PYTHON_CALLABLE = frozenset(["NumbaCudaCallable", "numba_cuda_callable", "_hoisted_twin"])
 
 
-def _device_array(cuda: Any, ctx: Any, address: int, shape: tuple[int, ...], dtype: str) -> Any:
-    from numba.cuda.cudadrv import driver
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_PYTHON_CALLABLE:
+        from . import _python_callable
 
-    dt = np.dtype(dtype)
-    strides, step = [], dt.itemsize
-    for d in reversed(shape):
-        strides.append(step)
-        step *= d
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    if nbytes == 0:
-        return cuda.device_array(shape, dtype=dt)
-    pointer = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(address), size=nbytes)
-    return DeviceNDArray(shape, tuple(reversed(strides)), dt, stream=0, gpu_data=pointer)
-
-
-def _where(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f" (at {f.filename}:{f.lineno}, in {f.name})"
-
-
-def _run_callable(key: str, arrays: list, n_inputs: int, stream: int, device: int) -> str | None:
-    """Runtime hook: run a numba_cuda_callable on XLA's buffers and stream."""
-    func = _CALLABLES.get(key)
-    if func is None:
-        return "its Python function is not registered in this process"
-    try:
-        cuda = import_numba_cuda()
-        ctx = _contexts.get(device)
-        if ctx is None:
-            with cuda.gpus[device]:
-                ctx = _contexts[device] = cuda.current_context()
-        if cuda.current_context() is not ctx:
-            with cuda.gpus[device]:
-                return _invoke(cuda, ctx, func, arrays, stream)
-        return _invoke(cuda, ctx, func, arrays, stream)
-    except Exception as e:
-        return f"{type(e).__name__}: {e}{_where(e)}"
-
-
-def _invoke(cuda: Any, ctx: Any, func: Any, arrays: list, stream: int) -> None:
-    s = _streams.get(stream)
-    if s is None:
-        s = _streams[stream] = cuda.external_stream(stream)
-    views = [_device_array(cuda, ctx, addr, shape, dtype) for addr, shape, dtype in arrays]
-    func(*views, s)
-    return None
-
-
-_runtime.set_python_hook(1, _run_callable)
-
-
-class NumbaCudaCallable:
-    """A Python function of Numba device arrays and a stream, as a JAX operation; see :func:`numba_cuda_callable`."""
-
-    def __init__(self, func: Any, outs: Any, vmap_method: str | None,
-                 input_output_aliases: Mapping[int, int] | None, zeroed_outputs: Any = None):
-        self.func = func
-        self.__name__ = getattr(func, "__name__", type(func).__name__)
-        who = f"numba_cuda_callable({self.__name__})"
-        self._flat_outs, self._treedef = _bridge.flatten_outs(outs, who)
-        self._n_inputs = _bridge.count_inputs(func, len(self._flat_outs), who, trailing=1)  # then the stream
-        self.vmap_method = vmap_method
-        self.input_output_aliases = dict(input_output_aliases) if input_output_aliases else None
-        _bridge.check_aliases(who, self.input_output_aliases, self._n_inputs, self._flat_outs)
-        self.zeroed_outputs = zeroed_outputs
-        self._zero_mask = None if zeroed_outputs is None else _bridge.zeroed_mask(
-            who, zeroed_outputs, len(self._flat_outs), self.input_output_aliases)
-        self._keys: dict[int, str] = {}
-        self._swap = KernelSwap(func, _hoisted_twin)  # kernels that import inside their bodies
-
-    def __call__(self, *arrays: Any) -> Any:
-        who = f"numba_cuda_callable({self.__name__})"
-        if self._n_inputs is not None and len(arrays) != self._n_inputs:
-            raise CallError(f"{who} takes {self._n_inputs} input array(s); got {len(arrays)}")
-        arrays = _bridge.as_arrays(who, arrays)
-        _bridge.signature(who, arrays, self._flat_outs, NUMBA_CUDA_DTYPES, "gpu", "Numba CUDA kernels")
-        key = self._keys.get(len(arrays))
-        if key is None:
-            key = f"python:{id(self.func):x}:{len(arrays)}"
-            _runtime.register_python_callable(key, self.__name__, len(arrays))
-            self._keys[len(arrays)] = key
-        # At trace time (and per eager call), never per execution: the runtime runs what is stored here.
-        _CALLABLES[key] = self._swap.function()
-        zero = _bridge.call_mask(who, self._zero_mask, len(self._flat_outs), self.input_output_aliases)
-        return _bridge.call(_bridge.PYTHON_CALLABLE_TARGET, key, arrays, self._flat_outs, self._treedef,
-                            self.vmap_method, self.input_output_aliases, zero)
-
-
-def numba_cuda_callable(func: Any, outs: Any, *, vmap_method: str | None = None,
-                        input_output_aliases: Mapping[int, int] | None = None,
-                        zeroed_outputs: Any = None) -> NumbaCudaCallable:
-    """Wrap a Python function that launches Numba CUDA kernels as a JAX operation.
-
-    ``func(*inputs, *outputs, stream)`` receives Numba device arrays aliasing XLA's buffers
-    (zero copy) and XLA's stream as a Numba stream; it may launch several kernels on that
-    stream and allocate temporaries. It runs in Python on every call, so it is slower than
-    :func:`numba_cuda_kernel` and is never captured into CUDA graphs. An exception inside
-    ``func`` makes the call fail with an error naming it. ``zeroed_outputs`` (indices,
-    ``True``, or a callable of an empty dict) clears those outputs on XLA's stream before
-    ``func`` runs. Kernels ``func`` launches may ``import`` inside their bodies: xlakern runs
-    ``func`` with such kernels replaced by hoisted twins (the module's globals are untouched).
-
-    Example::
-
-        def abs_two_pass(x, out, stream):
-            tmp = cuda.device_array(x.shape[0], dtype=np.float32)
-            square[blocks, 256, stream](x, tmp)
-            sqrt[blocks, 256, stream](tmp, out)
-
-        f = xlakern.numba_cuda_callable(abs_two_pass, outs=jax.ShapeDtypeStruct((n,), jnp.float32))
-    """
-    if not callable(func):
-        raise CallError(f"numba_cuda_callable needs a Python function; got {type(func).__name__}")
-    return NumbaCudaCallable(func, outs, vmap_method, input_output_aliases, zeroed_outputs)
+        return getattr(_python_callable, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

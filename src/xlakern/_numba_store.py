@@ -1,11 +1,11 @@
-"""Compiled Numba bridge entries kept on disk, so a new process skips Numba's compiler.
+"""Compiled Numba kernels kept on disk, so a new process skips Numba's compiler.
 
-Each entry lives in the build cache under a kind directory whose name is not a C
+Each stored kernel lives in the build cache under a kind directory whose name is not a C
 identifier, so it can never clash with a module name, and follows the build cache's
 layout (``clear_cache`` and ``python -m xlakern cache`` handle it like a module)::
 
-    <cache root>/numba-cpu/<key>/entry.bin     a CPU entry: Numba's compile result
-    <cache root>/numba-cuda/<key>/entry.bin    a CUDA entry: the kernel image
+    <cache root>/numba-cpu/<key>/entry.bin     a CPU kernel: its cfunc's Numba compile result
+    <cache root>/numba-cuda/<key>/entry.bin    a CUDA kernel: its image
     <cache root>/<kind>/.<key>.lock            held while <key> is published or deleted
 
 The key hashes everything the machine code depends on: the kernel's content fingerprint
@@ -29,20 +29,23 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy
+
 from . import _cache
 
 CPU_KIND = "numba-cpu"
 CUDA_KIND = "numba-cuda"
+# The file format's name and version, and the file's name: kept as first written, so stored
+# kernels stay readable.
 _MAGIC = b"xlakern-numba-entry 1\n"
 _FILE = "entry.bin"
 _log = logging.getLogger("xlakern")
 
 
 def disk_key(kind: str, *parts: object) -> str:
-    """The content key of an entry of ``kind``, from what its machine code depends on."""
+    """The content key of a stored kernel of ``kind``, from what its machine code depends on."""
     import llvmlite
     import numba
-    import numpy
 
     context = (kind, sys.version_info[:2], numba.__version__, llvmlite.__version__, numpy.__version__)
     return hashlib.sha256(repr((context, parts)).encode()).hexdigest()
@@ -63,7 +66,7 @@ def load(kind: str, key: str) -> bytes | None:
     head = len(_MAGIC)
     digest, payload = blob[head:head + 64], blob[head + 65:]
     if not blob.startswith(_MAGIC) or hashlib.sha256(payload).hexdigest().encode() != digest:
-        _log.warning("xlakern: ignoring a damaged Numba cache entry %s", published)
+        _log.warning("xlakern: ignoring a damaged stored Numba kernel %s", published)
         return None
     return payload
 
@@ -86,7 +89,7 @@ def store(kind: str, key: str, payload: bytes) -> None:
                 shutil.rmtree(trash, ignore_errors=True)
             os.replace(tmp, published)
     except OSError as e:
-        _log.info("xlakern: could not store a Numba cache entry under %s: %s", directory, e)
+        _log.info("xlakern: could not store a compiled Numba kernel under %s: %s", directory, e)
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)

@@ -10,17 +10,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
-import json
 import os
 import shlex
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import jax
 
 from . import _cache
+from ._stamped_lookup import Stamped, StampedLookup
 from .errors import ToolchainError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -76,21 +75,20 @@ def ffi_include_dir() -> Path:
 
 # -- version memo -----------------------------------------------------------
 
-_memo_lock = threading.Lock()
-_memo: dict[str, dict] | None = None
-_MEMO_FILE = "toolchain-versions.json"
+def _encode_version(known: Stamped) -> object:
+    return {"stamp": [known.mtime_ns, known.size], "version": known.value}
 
 
-def _memo_path() -> Path:
-    return _cache.cache_root() / _MEMO_FILE
+def _decode_version(entry: object) -> Stamped | None:
+    if not (isinstance(entry, dict) and isinstance(entry.get("version"), str)):
+        return None
+    stamp = entry.get("stamp")
+    if not (isinstance(stamp, list) and len(stamp) == 2):
+        return None
+    return Stamped(stamp[0], stamp[1], entry["version"], None)
 
 
-def _load_memo() -> dict[str, dict]:
-    global _memo
-    if _memo is None:
-        _memo = _cache.read_lookup(_memo_path(), lambda v: isinstance(v, dict) and isinstance(v.get("stamp"), list)
-                                   and isinstance(v.get("version"), str))
-    return _memo
+_versions = StampedLookup("toolchain-versions.json", _encode_version, _decode_version)
 
 
 def tool_version(path: str) -> str:
@@ -99,13 +97,9 @@ def tool_version(path: str) -> str:
         st = os.stat(path)
     except OSError as e:
         raise ToolchainError(f"compiler {path} cannot be read: {e}") from None
-    stamp = [st.st_mtime_ns, st.st_size]
-    with _memo_lock:
-        memo = _load_memo()
-        entry = memo.get(path)
-        # A memo of the wrong shape (hand-edited, another version's) is ignored and rewritten.
-        if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("version"), str):
-            return entry["version"]
+    known = _versions.get(path, st)
+    if known is not None:
+        return known
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, errors="replace",
                              stdin=subprocess.DEVNULL, timeout=60)
@@ -115,13 +109,8 @@ def tool_version(path: str) -> str:
     if out.returncode != 0 or not text:
         raise ToolchainError(f"'{path} --version' failed (exit {out.returncode}): {out.stderr.strip()[:300]}")
     version = "\n".join(line for line in text.splitlines() if line.strip())
-    with _memo_lock:
-        memo = _load_memo()
-        memo[path] = {"stamp": stamp, "version": version}
-        try:
-            _cache.atomic_write_text(_memo_path(), json.dumps(memo, indent=1, sort_keys=True))
-        except OSError:
-            pass  # a read-only cache only costs a --version run next time
+    _versions.put(path, st, version)
+    _versions.save()  # a read-only cache only costs a --version run next time
     return version
 
 

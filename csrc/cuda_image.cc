@@ -1,14 +1,12 @@
-#include "cubin_kernel.h"
+#include "cuda_image.h"
 
 #include <atomic>
 #include <stdexcept>
 #include <string_view>
 
-#include "bridge_state.h"
-
 namespace xlakern {
 
-CUfunction CubinKernel::function_for(CUcontext ctx) const {
+CUfunction CudaImageKernel::function_for(CUcontext ctx) const {
   if (first_ctx_.load(std::memory_order_acquire) == ctx) return first_function_;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& item : loaded_) {
@@ -25,8 +23,9 @@ CUfunction CubinKernel::function_for(CUcontext ctx) const {
   if (rc != kCudaSuccess) {
     problem = cu.describe("cuModuleLoadData", rc) +
               "; the image was built for another GPU architecture or a newer driver";
-  } else if ((rc = cu.cuModuleGetFunction(&function, module, entry.c_str())) != kCudaSuccess) {
-    problem = cu.describe("cuModuleGetFunction", rc) + " for entry '" + entry + "'";
+  } else if ((rc = cu.cuModuleGetFunction(&function, module, function_name.c_str())) !=
+             kCudaSuccess) {
+    problem = cu.describe("cuModuleGetFunction", rc) + " for entry '" + function_name + "'";
   } else if (shared_mem > 48 * 1024 &&
              (rc = cu.cuFuncSetAttribute(function, kFuncAttributeMaxDynamicSharedSizeBytes,
                                          static_cast<int>(shared_mem))) != kCudaSuccess) {
@@ -72,22 +71,18 @@ void record_probe(const CudaDriver& cu, CUstream stream) {
   }
 }
 
-using CubinState = BridgeState<CubinKernel>;
+using CudaImageState = BridgeState<CudaImageKernel>;
 
 using Stream = ffi::PlatformStream<CUstream>;
 
-ffi::Error kernel_error(const CubinKernel& k, const std::string& what) {
+ffi::Error kernel_error(const CudaImageKernel& k, const std::string& what) {
   return ffi::Error(ffi::ErrorCode::kInternal,
                     "xlakern CUDA kernel '" + k.name + "' failed: " + what);
 }
 
-ffi::ErrorOr<std::unique_ptr<CubinState>> instantiate(std::string_view key, int64_t) {
-  return instantiate_bridge_state<CubinKernel>(key, "Numba CUDA kernel", "numba_cuda_kernel");
-}
-
 // Loads the module for the stream's context before any execution, so that
 // execute never loads one while XLA is capturing a CUDA graph.
-ffi::Error initialize(CUstream stream, CubinState* state, std::string_view, int64_t) {
+ffi::Error initialize(CUstream stream, CudaImageState* state, std::string_view, int64_t) {
   try {
     const CudaDriver& cu = cuda_driver();
     CUcontext ctx = nullptr;
@@ -100,10 +95,10 @@ ffi::Error initialize(CUstream stream, CubinState* state, std::string_view, int6
   return ffi::Error::Success();
 }
 
-ffi::Error execute(CUstream stream, CubinState* state, std::string_view, int64_t zero,
+ffi::Error execute(CUstream stream, CudaImageState* state, std::string_view, int64_t zero,
                    ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
-  const CubinKernel& k = *state->kernel;
+  const CudaImageKernel& k = *state->kernel;
   thread_local std::vector<ArgView> views;
   thread_local BatchPlan plan;
   thread_local std::vector<int64_t> slots;  // every kernel parameter, 8 bytes each
@@ -171,21 +166,13 @@ ffi::Error execute(CUstream stream, CubinState* state, std::string_view, int64_t
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
-                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kInitialize, initialize,
                        ffi::Ffi::BindInitialize()
                            .Ctx<Stream>()
-                           .Ctx<ffi::State<CubinState>>()
+                           .Ctx<ffi::State<CudaImageState>>()
                            .Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
-                       ffi::Ffi::Bind()
-                           .Ctx<Stream>()
-                           .Ctx<ffi::State<CubinState>>()
-                           .Attr<std::string_view>("kernel")
-                           .Attr<int64_t>("zero")
-                           .RemainingArgs()
-                           .RemainingRets(),
+                       bind_bridge_execute<CudaImageKernel>(ffi::Ffi::Bind().Ctx<Stream>()),
                        {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace
@@ -198,10 +185,11 @@ void enable_launch_probe(bool on) {
 
 LaunchProbe launch_probe() { return {probe_executions.load(), probe_captured.load()}; }
 
-XLA_FFI_Handler* cubin_instantiate() { return kInstantiate; }
-XLA_FFI_Handler* cubin_initialize() { return kInitialize; }
-XLA_FFI_Handler* cubin_execute() { return kExecute; }
-XLA_FFI_TypeId* cubin_state_type_id() { return &CubinState::id; }
-const XLA_FFI_TypeInfo* cubin_state_type_info() { return &CubinState::info; }
+const BridgeTarget& cuda_image_target() {
+  static const BridgeTarget target = describe_bridge_target<CudaImageKernel>(
+      "xlakern.cuda_image", "CUDA", "xlakern.CudaImageState", kInitialize, kExecute,
+      /*command_buffer_compatible=*/true);
+  return target;
+}
 
 }  // namespace xlakern

@@ -1,4 +1,4 @@
-// cubin_kernel.h -- compiled GPU kernels (Numba CUDA's cubin or PTX) launched
+// cuda_image.h -- compiled GPU kernels (Numba CUDA's cubin or PTX) launched
 // by the runtime with the CUDA driver API, from one generic FFI handler.
 //
 // Arrays are passed in Numba's kernel-argument layout: for each array,
@@ -14,19 +14,23 @@
 #include <utility>
 #include <vector>
 
+#include "bridge_target.h"
 #include "cuda_driver.h"
 #include "kernel_args.h"
 #include "registry.h"
 
 namespace xlakern {
 
-struct CubinKernel : Kernel {
-  CubinKernel(std::string key, std::string name, std::string image, std::string entry,
-              std::vector<ArgSpec> specs, size_t n_inputs, std::array<unsigned, 3> grid,
-              std::array<unsigned, 3> block, unsigned shared_mem)
+struct CudaImageKernel : Kernel {
+  static constexpr const char* kWhat = "Numba CUDA kernel";
+  static constexpr const char* kWrapper = "numba_cuda_kernel";
+  CudaImageKernel(std::string key, std::string name, std::string image,
+                  std::string function_name, std::vector<ArgSpec> specs, size_t n_inputs,
+                  std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
+                  unsigned shared_mem)
       : Kernel(std::move(key), std::move(name)), image(std::move(image)),
-        entry(std::move(entry)), specs(std::move(specs)), n_inputs(n_inputs), grid(grid),
-        block(block), shared_mem(shared_mem) {}
+        function_name(std::move(function_name)), specs(std::move(specs)), n_inputs(n_inputs),
+        grid(grid), block(block), shared_mem(shared_mem) {}
   const char* kind() const override { return "cuda_image"; }
 
   // The kernel's function in `ctx`, loading the image into that context the
@@ -34,7 +38,7 @@ struct CubinKernel : Kernel {
   CUfunction function_for(CUcontext ctx) const;
 
   const std::string image;  // cubin, or PTX text (NUL-terminated) that the driver JITs
-  const std::string entry;  // mangled kernel name
+  const std::string function_name;  // the kernel's mangled name in the image
   const std::vector<ArgSpec> specs;
   const size_t n_inputs;
   const std::array<unsigned, 3> grid, block;
@@ -51,7 +55,8 @@ struct CubinKernel : Kernel {
 
 // Clears output o (views[n_inputs + o], the whole batched buffer) for each
 // bit o set in `mask`, with cuMemsetD8Async on `stream` (so XLA may capture
-// it into a CUDA graph). Returns an empty string or what failed.
+// it into a CUDA graph). Returns an empty string or what failed. The Python
+// callable bridge clears its outputs with it too.
 std::string zero_outputs_on_stream(const std::vector<ArgView>& views, size_t n_inputs,
                                    int64_t mask, CUstream stream);
 
@@ -65,11 +70,7 @@ struct LaunchProbe {
 void enable_launch_probe(bool on);
 LaunchProbe launch_probe();
 
-// Handlers of the "xlakern.cuda_image" target, by XLA execution stage.
-XLA_FFI_Handler* cubin_instantiate();
-XLA_FFI_Handler* cubin_initialize();
-XLA_FFI_Handler* cubin_execute();
-XLA_FFI_TypeId* cubin_state_type_id();
-const XLA_FFI_TypeInfo* cubin_state_type_info();
+// The "xlakern.cuda_image" target.
+const BridgeTarget& cuda_image_target();
 
 }  // namespace xlakern

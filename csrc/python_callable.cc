@@ -1,22 +1,17 @@
-#include "python_callback.h"
+#include "python_callable.h"
 
 #include <string_view>
 
-#include "bridge_state.h"
-#include "cubin_kernel.h"
+#include "cuda_image.h"
 #include "cuda_driver.h"
 #include "kernel_args.h"
-#include "python_bridge.h"
+#include "python_hooks.h"
 
 namespace xlakern {
 
 namespace {
 
 using PythonCallableState = BridgeState<PythonCallable>;
-
-ffi::ErrorOr<std::unique_ptr<PythonCallableState>> instantiate(std::string_view key, int64_t) {
-  return instantiate_bridge_state<PythonCallable>(key, "Python function", "numba_cuda_callable");
-}
 
 ffi::Error execute(CUstream stream, PythonCallableState* state,
                    std::string_view, int64_t zero, ffi::RemainingArgs args,
@@ -62,22 +57,17 @@ ffi::Error execute(CUstream stream, PythonCallableState* state,
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER(kInstantiate, instantiate,
-                       ffi::Ffi::BindInstantiate().Attr<std::string_view>("kernel").Attr<int64_t>("zero"));
 XLA_FFI_DEFINE_HANDLER(kExecute, execute,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::PlatformStream<CUstream>>()
-                           .Ctx<ffi::State<PythonCallableState>>()
-                           .Attr<std::string_view>("kernel")
-                           .Attr<int64_t>("zero")
-                           .RemainingArgs()
-                           .RemainingRets());
+                       bind_bridge_execute<PythonCallable>(
+                           ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream>>()));
 
 }  // namespace
 
-XLA_FFI_Handler* python_callable_instantiate() { return kInstantiate; }
-XLA_FFI_Handler* python_callable_execute() { return kExecute; }
-XLA_FFI_TypeId* python_callable_state_type_id() { return &PythonCallableState::id; }
-const XLA_FFI_TypeInfo* python_callable_state_type_info() { return &PythonCallableState::info; }
+const BridgeTarget& python_callable_target() {
+  static const BridgeTarget target = describe_bridge_target<PythonCallable>(
+      "xlakern.python_callable", "CUDA", "xlakern.PythonCallableState", /*initialize=*/nullptr,
+      kExecute, /*command_buffer_compatible=*/false);
+  return target;
+}
 
 }  // namespace xlakern

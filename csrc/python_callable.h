@@ -1,4 +1,4 @@
-// python_callback.h -- GPU calls that run a Python function (numba_cuda_callable).
+// python_callable.h -- GPU calls that run a Python function (numba_cuda_callable).
 //
 // The one path that necessarily takes the GIL per call: the handler passes
 // XLA's buffers and stream to the Python hook, which wraps them as Numba
@@ -9,21 +9,21 @@
 
 #include <string>
 
+#include "bridge_target.h"
 #include "registry.h"
-#include "xla/ffi/api/ffi.h"
 
 namespace xlakern {
 
 struct PythonCallable : Kernel {
+  static constexpr const char* kWhat = "Python function";
+  static constexpr const char* kWrapper = "numba_cuda_callable";
   PythonCallable(std::string key, std::string name, size_t n_inputs)
       : Kernel(std::move(key), std::move(name)), n_inputs(n_inputs) {}
   const char* kind() const override { return "python_callable"; }
   const size_t n_inputs;
 };
 
-XLA_FFI_Handler* python_callable_instantiate();
-XLA_FFI_Handler* python_callable_execute();
-XLA_FFI_TypeId* python_callable_state_type_id();
-const XLA_FFI_TypeInfo* python_callable_state_type_info();
+// The "xlakern.python_callable" target.
+const BridgeTarget& python_callable_target();
 
 }  // namespace xlakern

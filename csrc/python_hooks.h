@@ -1,4 +1,4 @@
-// python_bridge.h -- the few places where a handler calls back into Python.
+// python_hooks.h -- the few places where a handler calls back into Python.
 //
 // Hot paths never do. Two paths must: explaining why a Numba CPU kernel
 // failed (its compiled code reports only "an exception was raised"; Python
@@ -15,10 +15,15 @@
 
 namespace xlakern {
 
-enum class PythonHook { kExplainNumbaError = 0, kRunCallable = 1 };
+// Bound to Python as xlakern._runtime.PythonHook: the bridge that needs a
+// hook installs it by name before it registers its first kernel.
+enum class PythonHook { kExplainNumbaError, kRunCallable };
+constexpr int kPythonHookCount = 2;
 
-// Installs `callable` (a PyObject*, new reference taken) for `hook`.
-void set_python_hook(PythonHook hook, void* callable);
+// Installs `function` (a Python callable, as PyObject*; the runtime takes its
+// own reference, held for the life of the process) for `hook`. The caller
+// holds the GIL. This header stays free of Python's headers: handlers include it.
+void set_python_hook(PythonHook hook, void* function);
 
 // Calls the hook with (key, arrays, n_inputs, stream, device) where arrays is
 // a list of (address, shape, dtype name) for inputs then outputs. Returns the
