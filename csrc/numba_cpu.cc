@@ -1,10 +1,10 @@
 #include "numba_cpu.h"
 
-#include <cstring>
 #include <mutex>
 #include <string_view>
 
 #include "python_hooks.h"
+#include "xlakern/parallel.h"
 
 namespace xlakern {
 
@@ -19,8 +19,21 @@ ffi::Error kernel_error(const NumbaCpuKernel& k, const std::string& what) {
                     "xlakern Numba kernel '" + k.name + "' failed: " + what);
 }
 
-ffi::Error execute(NumbaCpuState* state, std::string_view, int64_t zero, ffi::RemainingArgs args,
-                   ffi::RemainingRets rets) {
+// XLA's intra-op pool as xk::parallel_for sees it (large zeroed_outputs are cleared over it).
+struct PoolRef {
+  explicit PoolRef(ffi::ThreadPool pool) : pool_(pool) {
+    ref.pool = &pool_;
+    ref.count_threads = [](void* p) { return static_cast<ffi::ThreadPool*>(p)->num_threads(); };
+    ref.schedule = [](void* p, void (*task)(void*), void* arg) {
+      static_cast<ffi::ThreadPool*>(p)->Schedule([task, arg] { task(arg); });
+    };
+  }
+  ffi::ThreadPool pool_;
+  xk::detail::ThreadPoolRef ref;
+};
+
+ffi::Error execute(ffi::ThreadPool pool, NumbaCpuState* state, std::string_view, int64_t zero,
+                   ffi::RemainingArgs args, ffi::RemainingRets rets) {
   const NumbaCpuKernel& k = *state->kernel;
   // Reused per thread: the hot path allocates nothing after the first call.
   thread_local std::vector<ArgView> views;
@@ -33,9 +46,13 @@ ffi::Error execute(NumbaCpuState* state, std::string_view, int64_t zero, ffi::Re
   if (!problem.empty()) return kernel_error(k, problem);
 
   // zeroed_outputs: bit o of `zero` clears output o, the whole (batched) buffer, once.
-  for (size_t o = 0; zero != 0 && o < 64 && k.n_inputs + o < views.size(); ++o) {
-    const int64_t bytes = byte_size(views[k.n_inputs + o]);
-    if (((zero >> o) & 1) && bytes > 0) std::memset(views[k.n_inputs + o].data, 0, bytes);
+  if (zero != 0) {
+    PoolRef pool_ref(pool);
+    xk::detail::ThreadPoolScope scope(&pool_ref.ref);
+    for (size_t o = 0; o < 64 && k.n_inputs + o < views.size(); ++o) {
+      const int64_t bytes = byte_size(views[k.n_inputs + o]);
+      if (((zero >> o) & 1) && bytes > 0) xk::detail::parallel_zero(views[k.n_inputs + o].data, size_t(bytes));
+    }
   }
   dims.clear();
   for (size_t a = 0; a < views.size(); ++a) {
@@ -70,7 +87,8 @@ ffi::Error execute(NumbaCpuState* state, std::string_view, int64_t zero, ffi::Re
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER(kExecute, execute, bind_bridge_execute<NumbaCpuKernel>(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER(kExecute, execute,
+                       bind_bridge_execute<NumbaCpuKernel>(ffi::Ffi::Bind().Ctx<ffi::ThreadPool>()));
 
 }  // namespace
 

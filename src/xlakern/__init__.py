@@ -56,7 +56,8 @@ from . import _module  # noqa: F401  (the loaders' old home, reached as xlakern.
 from ._diagnostics import print_diagnostics
 from ._dropin import install_as_brainevent
 from ._numba_cpu import numba_kernel, numba_kernel_cache_info
-from ._numba_cuda import numba_cuda_callable, numba_cuda_kernel, numba_cuda_launch_config
+from ._numba_cuda import numba_cuda_kernel, numba_cuda_launch_config
+from ._python_callable import numba_cuda_callable
 # Custom primitives (XLACustomKernel), backend config and Warp helpers.
 from . import config
 from ._primitive import KernelEntry, XLACustomKernel

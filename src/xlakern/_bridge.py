@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _runtime
+from . import _compat, _runtime
+from ._arrays import as_struct, describes_array
 from ._codegen import is_control_target
 from .errors import CallError, KernelError, RegistrationError
 
@@ -115,14 +116,7 @@ def _traits(graph_compatible: bool) -> dict[str, Any]:
     A target registered as a bundle of stage handlers does not report its execute handler's
     traits to XLA, so they are passed with the registration itself.
     """
-    if not graph_compatible:
-        return {}
-    try:
-        from jax._src.lib import xla_client
-    except ImportError:  # pragma: no cover - a jax without this module: graphs are an optimisation
-        return {}
-    traits = getattr(xla_client, "CustomCallTargetTraits", None)
-    return {"traits": traits.COMMAND_BUFFER_COMPATIBLE} if traits is not None else {}
+    return _compat.command_buffer_traits() if graph_compatible else {}
 
 
 def registered_targets() -> list[str]:
@@ -156,10 +150,10 @@ def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
         raise CallError(f"{who}: outs= describes no output; pass a jax.ShapeDtypeStruct per output")
     structs = []
     for i, o in enumerate(flat):
-        if not (hasattr(o, "shape") and hasattr(o, "dtype")):
+        if not describes_array(o):
             raise CallError(f"{who}: outs= entry {i} is {type(o).__name__}, not a jax.ShapeDtypeStruct")
         check_size(who, "outs= entry", i, o.shape, o.dtype)
-        structs.append(jax.ShapeDtypeStruct(tuple(int(d) for d in o.shape), np.dtype(o.dtype)))
+        structs.append(as_struct(o))
     return structs, treedef
 
 

@@ -137,7 +137,6 @@ def jax_backends_started() -> bool:
 
 import pickle  # noqa: E402
 import sys  # noqa: E402
-from typing import Any  # noqa: E402
 
 
 def is_cpu_dispatcher(obj: object) -> bool:

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from . import _bridge, _compat, _numba_store, _runtime
+from . import _bridge, _compat, _numba_store, _runtime, _toolchain
 from ._bridge_op import BridgeOp, RegisteredKernels
 from ._build import Progress
 from ._fingerprint import Fingerprint
@@ -176,13 +176,11 @@ def kernel_image(dispatcher: Any, arg_types: Sequence[Any], cc: tuple[int, int] 
 
 def _gpu_compute_capability() -> tuple[int, int] | None:
     """The compute capability shared by every GPU JAX sees (None if they differ: then PTX is used)."""
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
+    ccs = _toolchain.gpu_compute_capabilities()
+    if not ccs:
         raise CallError("numba_cuda_kernel runs on an NVIDIA GPU, and JAX sees none. Install jax[cuda13] "
-                        "on a machine with a GPU, or use numba_kernel for CPU kernels") from None
-    ccs = {tuple(int(p) for p in str(getattr(d, "compute_capability", "0.0")).split(".")[:2]) for d in devices}
-    return ccs.pop() if len(ccs) == 1 else None
+                        "on a machine with a GPU, or use numba_kernel for CPU kernels")
+    return ccs[0] if len(set(ccs)) == 1 else None
 
 
 def _numba_cuda_version() -> str:
