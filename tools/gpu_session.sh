@@ -17,7 +17,7 @@ nvidia-smi -L
 case "${1:-tests}" in
   tests)
     # Several workers share the GPU: no worker may preallocate most of its memory.
-    XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m pytest -q -n 6 -p no:cacheprovider tests ${2:-} \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m pytest -q -rs -n 6 -p no:cacheprovider tests ${2:-} \
       2>&1 | tee "$OUT/pytest.log" | tail -40 ;;
   bench)
     for b in ${2:-bench_zeroed bench_event bench_build}; do
