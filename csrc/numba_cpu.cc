@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "python_hooks.h"
-#include "xlakern/parallel.h"
+#include "xlakern/ffi_thread_pool.h"
 
 namespace xlakern {
 
@@ -18,19 +18,6 @@ ffi::Error kernel_error(const NumbaCpuKernel& k, const std::string& what) {
   return ffi::Error(ffi::ErrorCode::kInternal,
                     "xlakern Numba kernel '" + k.name + "' failed: " + what);
 }
-
-// XLA's intra-op pool as xk::parallel_for sees it (large zeroed_outputs are cleared over it).
-struct PoolRef {
-  explicit PoolRef(ffi::ThreadPool pool) : pool_(pool) {
-    ref.pool = &pool_;
-    ref.count_threads = [](void* p) { return static_cast<ffi::ThreadPool*>(p)->num_threads(); };
-    ref.schedule = [](void* p, void (*task)(void*), void* arg) {
-      static_cast<ffi::ThreadPool*>(p)->Schedule([task, arg] { task(arg); });
-    };
-  }
-  ffi::ThreadPool pool_;
-  xk::detail::ThreadPoolRef ref;
-};
 
 ffi::Error execute(ffi::ThreadPool pool, NumbaCpuState* state, std::string_view, int64_t zero,
                    ffi::RemainingArgs args, ffi::RemainingRets rets) {
@@ -47,8 +34,8 @@ ffi::Error execute(ffi::ThreadPool pool, NumbaCpuState* state, std::string_view,
 
   // zeroed_outputs: bit o of `zero` clears output o, the whole (batched) buffer, once.
   if (zero != 0) {
-    PoolRef pool_ref(pool);
-    xk::detail::ThreadPoolScope scope(&pool_ref.ref);
+    xk::detail::FfiThreadPool pool_ref(pool);  // large clears split over XLA's pool
+    xk::detail::ThreadPoolScope scope(pool_ref.ref());
     for (size_t o = 0; o < 64 && k.n_inputs + o < views.size(); ++o) {
       const int64_t bytes = byte_size(views[k.n_inputs + o]);
       if (((zero >> o) & 1) && bytes > 0) xk::detail::parallel_zero(views[k.n_inputs + o].data, size_t(bytes));

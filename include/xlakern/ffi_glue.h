@@ -14,6 +14,7 @@
 #include <string>
 
 #include "xla/ffi/api/ffi.h"
+#include "xlakern/ffi_thread_pool.h"
 #include "xlakern/xlakern.h"
 
 // The CUDA runtime's stream handle, declared the way driver_types.h declares
@@ -68,27 +69,6 @@ inline Tensor to_tensor(const ffi::AnyBuffer& buffer, const char* role, int inde
   }
   return Tensor(buffer.untyped_data(), dt, dims.begin(), static_cast<int>(dims.size()));
 }
-
-// Adapts the FFI call's thread pool to the type-erased handle parallel_for uses.
-class FfiThreadPool {
- public:
-  explicit FfiThreadPool(ffi::ThreadPool pool) : pool_(pool) {
-    ref_.pool = &pool_;
-    ref_.count_threads = &FfiThreadPool::count_threads;
-    ref_.schedule = &FfiThreadPool::schedule;
-  }
-  ThreadPoolRef* ref() { return &ref_; }
-
- private:
-  static int64_t count_threads(void* pool) {
-    return static_cast<ffi::ThreadPool*>(pool)->num_threads();
-  }
-  static void schedule(void* pool, void (*task)(void*), void* arg) {
-    static_cast<ffi::ThreadPool*>(pool)->Schedule([task, arg] { task(arg); });
-  }
-  ffi::ThreadPool pool_;
-  ThreadPoolRef ref_;
-};
 
 // The handlers that mod.fn(...) calls (target "<module>.<fn>.xk") take one
 // control attribute, xlakern_ctl = [zero mask, unbatched rank of each buffer
