@@ -66,14 +66,13 @@ def spike_trains(n: int, rate: float, seed: int = 1):
 
 
 UNROLL = 1  # set by --unroll
-HASH_RATE: float | None = None  # set by --graph-loops: spikes come from a hash of the step counter
 
 
-def scan_loop(step: tuple[Callable, Any], n_out: int) -> Callable:
+def scan_loop(step: tuple[Callable, Any], n_out: int, rate: float | None = None) -> Callable:
     """jit of a 100-step loop whose carry is each step's output. ``step`` is (fn(s, M), M): the
-    connectivity M is an argument of the jitted loop, never a constant baked into the program."""
+    connectivity M is an argument of the jitted loop, never a constant baked into the program.
+    With ``rate`` (--graph-loops) each step's spikes are hashed from the counter instead of S."""
     step_fn, operand = step
-    rate = HASH_RATE
 
     @jax.jit
     def run(S, M):
@@ -188,7 +187,6 @@ def floor_bytes(n: int, rate: float) -> float:
 
 
 def section(platform: str, args) -> list[Table]:
-    global HASH_RATE
     device = jax.devices(platform)[0]
     sizes = args.sizes or SIZES[platform]
     bw = copy_bandwidth(device)
@@ -219,11 +217,8 @@ def section(platform: str, args) -> list[Table]:
                 if be_steps is not None:
                     be_steps["s @ dense"] = (lambda s, D: brainevent.binary_densemv(D, s, transpose=True), dense)
             for rate in RATES:
-                if args.graph_loops:
-                    HASH_RATE = rate
-                    S = hashed_trains(STEPS, n, rate)
-                else:
-                    S = spike_trains(n, rate)
+                hashed = rate if args.graph_loops else None
+                S = hashed_trains(STEPS, n, rate) if hashed else spike_trains(n, rate)
                 log(f"{platform} N={n} rate={rate}")
                 cells, data, checks = [f"{n:,}", f"{rate:.0%}"], {"n": n, "rate": rate}, []
                 xk_scatter = None
@@ -231,18 +226,18 @@ def section(platform: str, args) -> list[Table]:
                     if col not in xk_steps:
                         cells += ["—", "—", ""]
                         continue
-                    xc, xt, xo = per_step_cell(lambda: scan_loop(xk_steps[col], n), S, args.runs, args.budget)
+                    xc, xt, xo = per_step_cell(lambda: scan_loop(xk_steps[col], n, hashed), S, args.runs, args.budget)
                     if be_steps is None:
                         bc, bt, bo = be_err, None, None
                     else:
-                        bc, bt, bo = per_step_cell(lambda: scan_loop(be_steps[col], n), S, args.runs, args.budget)
+                        bc, bt, bo = per_step_cell(lambda: scan_loop(be_steps[col], n, hashed), S, args.runs, args.budget)
                     cells += [xc, bc, ratio(bt, xt)]
                     data[col] = {"xlakern_s": xt, "brainevent_s": bt}
                     if col == "s @ CSR":
                         xk_scatter = xt
                     if xo is not None and bo is not None:
                         checks.append(bool(np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-3, atol=1e-3)))
-                bc, bt, _ = per_step_cell(lambda: scan_loop(bcsr_step(w, idx, ptr, n), n), S, args.runs, args.budget)
+                bc, bt, _ = per_step_cell(lambda: scan_loop(bcsr_step(w, idx, ptr, n), n, hashed), S, args.runs, args.budget)
                 cells.append(bc)
                 data["bcsr_s"] = bt
                 if platform == "gpu":
