@@ -40,7 +40,8 @@ def child(args) -> None:
     if args.kind == "single":
         import brette2007
 
-        run, conns, state0, _ = brette2007.simulate(lib, brette2007.MODELS["coba_scaled"], args.n, steps, 0)
+        run, conns, state0, _ = brette2007.simulate(lib, brette2007.MODELS["coba_scaled"], args.n, steps, 0,
+                                                    fused=args.fused)
         go = lambda: run(conns, state0)  # noqa: E731
         n_dev = 1
     else:
@@ -58,22 +59,23 @@ def child(args) -> None:
     wall = time.perf_counter() - t0
     count = np.asarray(out[1] if args.kind == "single" else out[0])
     rate = float(count.mean() / (args.duration / 1000.0))
-    res = dict(kind=args.kind, lib=args.lib, n=args.n, devices=n_dev, graph=args.graph, duration_ms=args.duration,
+    res = dict(kind=args.kind, lib=args.lib, n=args.n, devices=n_dev, graph=args.graph, fused=args.fused,
+               duration_ms=args.duration,
                wall_s=wall, first_s=first, rtf=wall / (args.duration / 1000.0), rate_hz=rate,
                device=jax.devices()[0].device_kind)
     print(json.dumps(res), flush=True)
 
 
-def spawn(kind, lib, n, duration, graph, devices, timeout) -> dict:
+def spawn(kind, lib, n, duration, graph, devices, timeout, fused=False) -> dict:
     cmd = [sys.executable, __file__, "--child", kind, "--lib", lib, "--n", str(n), "--duration", str(duration),
-           "--devices", str(devices)] + (["--graph"] if graph else [])
+           "--devices", str(devices)] + (["--graph"] if graph else []) + (["--fused"] if fused else [])
+    what = dict(kind=kind, lib=lib, n=n, devices=devices, graph=graph, fused=fused)
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return dict(kind=kind, lib=lib, n=n, devices=devices, graph=graph, error=f"over {timeout} s")
+        return dict(what, error=f"over {timeout} s")
     if out.returncode != 0:
-        return dict(kind=kind, lib=lib, n=n, devices=devices, graph=graph,
-                    error=(out.stderr.strip().splitlines() or ["?"])[-1][:200])
+        return dict(what, error=(out.stderr.strip().splitlines() or ["?"])[-1][:200])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -92,6 +94,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4000)
     ap.add_argument("--devices", type=int, default=0)
     ap.add_argument("--graph", action="store_true")
+    ap.add_argument("--fused", action="store_true")
+    ap.add_argument("--variants", default="ops,fused",
+                    help="xlakern columns: ops (the script on event operators), graph (the same with graph loops), "
+                         "fused (run_lif_network)")
     ap.add_argument("--duration", type=float, default=10000.0, help="simulated ms per timed run")
     ap.add_argument("--single", default="4000,40000,400000,4000000")
     ap.add_argument("--multi", default="4000000,16000000")
@@ -115,10 +121,12 @@ def main() -> None:
     n_gpus = len(jax.devices())
     results = []
     t0 = time.time()
+    variants = {"ops": ("xlakern", False, False), "graph": ("xlakern", True, False), "fused": ("xlakern", False, True)}
+    runs = [variants[v] for v in args.variants.split(",") if v] + ([("brainevent", False, False)] if have_be else [])
     for n in [int(x) for x in args.single.split(",") if x]:
-        for lib, graph in (("xlakern", False), ("xlakern", True)) + ((("brainevent", False),) if have_be else ()):
+        for lib, graph, fused in runs:
             dur = args.be_duration if (lib == "brainevent" and args.be_duration) else args.duration
-            results.append(spawn("single", lib, n, dur, graph, 1, args.timeout))
+            results.append(spawn("single", lib, n, dur, graph, 1, args.timeout, fused))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     for n in [int(x) for x in args.multi.split(",") if x]:
         for devs in sorted({1, n_gpus}):
@@ -130,14 +138,20 @@ def main() -> None:
 
     dev = next((r["device"] for r in results if "device" in r), "?")
     print(f"\n## COBA (BrainEvent's scaled variant): wall time per simulated second ({dev})\n")
-    print("| N | xlakern | xlakern, graph loops | BrainEvent 0.3.0 | BrainEvent / xlakern (best) |")
-    print("|---|---|---|---|---|")
+    print("| N | BrainEvent 0.3.0 | xlakern, same script | BE / xlakern | xlakern, graph loops | "
+          "xlakern fused (`run_lif_network`) | BE / fused |")
+    print("|---|---|---|---|---|---|---|")
+
+    def ratio(b, x):
+        return f"{b['rtf'] / x['rtf']:.2f}x" if (b and x and "rtf" in b and "rtf" in x) else ""
+
     for n in [int(x) for x in args.single.split(",") if x]:
-        a, g, b = find(kind="single", lib="xlakern", n=n, graph=False), find(kind="single", lib="xlakern", n=n,
-                                                                              graph=True), find(kind="single", lib="brainevent", n=n)
-        best = min((r["rtf"] for r in (a, g) if r and "rtf" in r), default=None)
-        ratio = f"{b['rtf'] / best:.2f}x" if (b and "rtf" in b and best) else ""
-        print(f"| {n:,} | {cell(a)} | {cell(g)} | {cell(b) if have_be else 'not installed'} | {ratio} |")
+        a = find(kind="single", lib="xlakern", n=n, graph=False, fused=False)
+        g = find(kind="single", lib="xlakern", n=n, graph=True)
+        f = find(kind="single", lib="xlakern", n=n, fused=True)
+        b = find(kind="single", lib="brainevent", n=n)
+        print(f"| {n:,} | {cell(b) if have_be else 'not installed'} | {cell(a)} | {ratio(b, a)} | {cell(g)} | "
+              f"{cell(f)} | {ratio(b, f)} |")
     multi = [int(x) for x in args.multi.split(",") if x]
     if multi:
         print(f"\n## Across GPUs (`examples/coba_spmd.py`, graph loops): wall time per simulated second\n")
@@ -161,10 +175,12 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 4))
-        for lib, graph, label in (("xlakern", False, "xlakern"), ("xlakern", True, "xlakern, graph loops"),
-                                  ("brainevent", False, "BrainEvent 0.3.0")):
+        for lib, graph, fused, label in (("xlakern", False, False, "xlakern, same script"),
+                                         ("xlakern", True, False, "xlakern, same script, graph loops"),
+                                         ("xlakern", False, True, "xlakern fused (run_lif_network)"),
+                                         ("brainevent", False, False, "BrainEvent 0.3.0")):
             pts = [(r["n"], r["rtf"]) for r in results if r.get("kind") == "single" and r.get("lib") == lib
-                   and r.get("graph") == graph and "rtf" in r]
+                   and r.get("graph") == graph and r.get("fused", False) == fused and "rtf" in r]
             if pts:
                 ax.loglog(*zip(*pts), "o-", label=label)
         ax.axhline(1.0, color="gray", lw=0.8, ls="--")

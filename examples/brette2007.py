@@ -35,6 +35,7 @@ Usage::
     python examples/brette2007.py coba_scaled --scale 100 --duration 10000
     python examples/brette2007.py cuba --raster cuba.png    # raster plot of the first second
     python examples/brette2007.py coba --lib brainevent     # the same script on BrainEvent
+    python examples/brette2007.py coba_scaled --fused       # xlakern's one-kernel simulator
 """
 
 from __future__ import annotations
@@ -135,13 +136,40 @@ def build(brainevent, model: Model, n: int, seed: int):
     return (conn_e, conn_i), state, step
 
 
-def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record: int = 0):
+def lif_params(model: Model):
+    """The model as ``xlakern.event.LIFParams``, for xlakern's fused simulator (``--fused``)."""
+    from xlakern.event import LIFParams
+
+    return LIFParams(tau_m=model.taum, tau_e=model.taue, tau_i=model.taui, v_th=model.v_th, v_reset=model.v_reset,
+                     v_rest=model.v_rest, t_ref=model.t_ref, e_exc=model.e_exc, e_inh=model.e_inh,
+                     drive=model.drive, syn_scale=model.syn_scale, synapse="coba" if model.conductance else "cuba",
+                     integrator="exp_euler" if model.exp_euler else "euler", dt=DT)
+
+
+def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record: int = 0, fused: bool = False):
     """Run ``steps`` steps; returns (jitted ``run(conns, state) -> (state, spike count per neuron)``,
-    conns, initial state, raster of the first ``record`` steps as a (step, neuron) bool array)."""
+    conns, initial state, raster of the first ``record`` steps as a (step, neuron) bool array).
+
+    ``fused``: xlakern only: the same network advanced by ``xlakern.event.run_lif_network``,
+    which runs the whole loop (neuron update and spike delivery) in one kernel."""
     import jax
     import jax.numpy as jnp
 
     conns, state0, step = build(brainevent, model, n, seed)
+    if fused:
+        from xlakern.event import run_lif_network
+
+        params = lif_params(model)
+
+        def raster_fused(conns, state):
+            def body(s, _):
+                s, _ = run_lif_network(s, *conns, params, 1)
+                return s, s["spk"]
+
+            return jax.lax.scan(body, state, None, length=record)[1]
+
+        spikes = np.asarray(jax.jit(raster_fused)(conns, state0)) if record else None
+        return jax.jit(lambda conns, state: run_lif_network(state, *conns, params, steps)), conns, state0, spikes
 
     def run(conns, state):
         def body(carry, _):
@@ -178,7 +206,11 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=1000.0, help="simulated time in ms")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--raster", help="save a raster plot of the first second here (needs matplotlib)")
+    ap.add_argument("--fused", action="store_true",
+                    help="xlakern only: run the loop in one kernel (xlakern.event.run_lif_network)")
     args = ap.parse_args()
+    if args.fused and args.lib != "xlakern":
+        ap.error("--fused is xlakern's simulator; it needs --lib xlakern")
 
     import jax
 
@@ -187,7 +219,7 @@ def main() -> None:
     n = int(4000 * args.scale)
     steps = int(round(args.duration / DT))
     record = int(round(min(1000.0, args.duration) / DT)) if args.raster else 0
-    run, conns, state0, spikes = simulate(brainevent, model, n, steps, args.seed, record)
+    run, conns, state0, spikes = simulate(brainevent, model, n, steps, args.seed, record, fused=args.fused)
     jax.block_until_ready(run(conns, state0))  # compile and warm up
     t0 = time.perf_counter()
     _, count = jax.block_until_ready(run(conns, state0))
@@ -195,7 +227,8 @@ def main() -> None:
     count = np.asarray(count)
     n_exc = int(n * 0.8)
     seconds = args.duration / 1000.0
-    print(f"{args.model} on {args.lib} ({jax.devices()[0].device_kind}): {n:,} neurons "
+    how = args.lib + (", fused" if args.fused else "")
+    print(f"{args.model} on {how} ({jax.devices()[0].device_kind}): {n:,} neurons "
           f"({n_exc:,} exc, {n - n_exc:,} inh), {n * K:,} synapses, {args.duration:g} ms simulated")
     print(f"rates: all {count.mean() / seconds:.2f} Hz, exc {count[:n_exc].mean() / seconds:.2f} Hz, "
           f"inh {count[n_exc:].mean() / seconds:.2f} Hz")

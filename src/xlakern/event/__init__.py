@@ -20,6 +20,7 @@ from ._kernels import (
     csrmv_p, densemm_p, densemv_p, fcnmm_p, fcnmv_p,
 )
 from ._layouts import CSC, CSR, DataRepresentation, FixedNumConn, FixedNumPerPost, FixedNumPerPre
+from ._network import LIFParams, LIFState, lif_network_run_p, run_lif_network
 from ._ops import (
     binary_csrmm, binary_csrmv, binary_densemm, binary_densemv, binary_fcnmm, binary_fcnmv, csrmm, csrmv, fcnmm,
     fcnmv,
@@ -56,6 +57,8 @@ __all__ = [
     "binary_csrmv_p", "binary_csrmm_p", "csrmv_p", "csrmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcnmv_p",
     "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
     "EventShapeError", "EventDTypeError", "EventUnitError",
+    # xlakern's own (not BrainEvent's): the fused LIF network simulator
+    "LIFParams", "LIFState", "run_lif_network", "lif_network_run_p",
 ]
 
 # ----------------------------------------------------------------------------- part 2

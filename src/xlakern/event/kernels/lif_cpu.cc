@@ -1,0 +1,90 @@
+// CPU kernel of xlakern.event's fused LIF network: many simulation steps in one call.
+//
+// Neurons [0, n_exc) are excitatory, [n_exc, n) inhibitory; each projects through a fixed number
+// of synapses (idx_e / idx_i rows). Each step: every neuron takes what last step's spikes
+// delivered, advances one step (lif_common.h) and may fire; then the spikes of this step are
+// delivered for the next. Targets outside [0, n) are dropped, as in the event operators.
+// Outputs: the state after `steps` steps and each neuron's spike count over them.
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "lif_common.h"
+
+namespace {
+
+using namespace xk_lif;
+
+void copy_if_distinct(const xk::Tensor& from, xk::Tensor& to) {
+  if (from.data_ptr() != to.data_ptr()) std::memcpy(to.data_ptr(), from.data_ptr(), from.nbytes());
+}
+
+// Adds neuron `pre`'s outgoing weights into acc (excitatory targets at [0, n), inhibitory at [n, 2n)).
+inline void deliver(int64_t pre, int64_t n, int64_t n_exc, const Conn& ce, const Conn& ci, float* acc) {
+  const bool exc = pre < n_exc;
+  const Conn& c = exc ? ce : ci;
+  const int64_t row = exc ? pre : pre - n_exc;
+  float* dst = exc ? acc : acc + n;
+  const int32_t* idx = c.idx + row * c.k;
+  for (int64_t k = 0; k < c.k; ++k) {
+    const int64_t j = idx[k];
+    if (uint64_t(j) < uint64_t(n)) dst[j] += c.homo ? c.w[0] : c.w[row * c.k + k];
+  }
+}
+
+template <bool Conductance, bool ExpEuler>
+void run(float* v, float* ge, float* gi, float* ref, bool* spk, int32_t* count, const Conn& ce, const Conn& ci,
+         const Params& p, int64_t n, int64_t n_exc, int64_t steps) {
+  std::vector<float> acc(size_t(2 * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    if (spk[i]) deliver(i, n, n_exc, ce, ci, acc.data());
+  for (int64_t t = 0; t < steps; ++t) {
+    float* a = acc.data();
+    xk::parallel_for(n, 16384, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const float in_e = a[i], in_i = a[n + i];
+        a[i] = 0.0f;
+        a[n + i] = 0.0f;
+        const bool fired = lif_step<Conductance, ExpEuler>(p, in_e, in_i, v[i], ge[i], gi[i], ref[i]);
+        spk[i] = fired;
+        count[i] += fired ? 1 : 0;
+      }
+    });
+    for (int64_t i = 0; i < n; ++i)
+      if (spk[i]) deliver(i, n, n_exc, ce, ci, a);
+  }
+}
+
+}  // namespace
+
+// @xk lif_run arg arg arg arg arg arg arg arg arg arg ret ret ret ret ret ret attr.n_exc:int64 attr.steps:int64 attr.conductance:bool attr.exp_euler:bool
+void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, const xk::Tensor ref0,
+             const xk::Tensor spk0, const xk::Tensor idx_e, const xk::Tensor w_e, const xk::Tensor idx_i,
+             const xk::Tensor w_i, const xk::Tensor params, xk::Tensor v, xk::Tensor ge, xk::Tensor gi,
+             xk::Tensor ref, xk::Tensor spk, xk::Tensor count, int64_t n_exc, int64_t steps, bool conductance,
+             bool exp_euler) {
+  check_args(v0, ge0, gi0, ref0, spk0, idx_e, w_e, idx_i, w_i, params, n_exc);
+  XK_CHECK(steps >= 0) << "steps must be >= 0";
+  copy_if_distinct(v0, v);
+  copy_if_distinct(ge0, ge);
+  copy_if_distinct(gi0, gi);
+  copy_if_distinct(ref0, ref);
+  copy_if_distinct(spk0, spk);
+  std::memset(count.data_ptr(), 0, count.nbytes());
+  const int64_t n = v.numel();
+  if (n == 0 || steps == 0) return;
+  const Params p = params_from(params.data_ptr<float>());
+  const Conn ce = conn_of(idx_e, w_e), ci = conn_of(idx_i, w_i);
+  auto go = [&](auto fn) {
+    fn(v.data_ptr<float>(), ge.data_ptr<float>(), gi.data_ptr<float>(), ref.data_ptr<float>(), spk.data_ptr<bool>(),
+       count.data_ptr<int32_t>(), ce, ci, p, n, n_exc, steps);
+  };
+  if (conductance) {
+    if (exp_euler) go(run<true, true>);
+    else go(run<true, false>);
+  } else {
+    if (exp_euler) go(run<false, true>);
+    else go(run<false, false>);
+  }
+}

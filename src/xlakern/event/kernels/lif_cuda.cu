@@ -1,0 +1,197 @@
+// CUDA kernel of xlakern.event's fused LIF network: the whole simulation loop in one launch.
+// Same contract and arithmetic as lif_cpu.cc (see its header).
+//
+// Why one launch: at a few thousand neurons a step is a handful of microseconds of launches and
+// almost no work; at millions it is memory-bound. Here the loop over steps runs inside the kernel:
+//   one block   (small networks) the synaptic input accumulates in shared memory and a step ends
+//               with __syncthreads;
+//   whole grid  (large networks) a cooperative launch with every block resident; input
+//               accumulates in global memory and a step ends with a grid-wide barrier.
+// Per step each block sweeps its neurons in chunks of kPerThread x blockDim: every thread advances
+// kPerThread neurons, the chunk's spikes are compacted into shared memory, and each warp delivers one
+// spike's row at a time (lanes over the synapses, atomicAdd into the targets). Input is
+// double-buffered by step parity, so delivering this step's spikes never races with another
+// block still reading this step's input: one barrier per step suffices.
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+#include "lif_common.h"
+
+namespace {
+
+using namespace xk_lif;
+namespace cg = cooperative_groups;
+
+constexpr int kBlockThreads = 1024;  // one-block mode
+constexpr int kGridThreads = 512;    // grid mode
+
+struct State {
+  float *v, *ge, *gi, *ref;
+  bool* spk;
+  int32_t* count;
+};
+
+template <bool OneBlock>
+__device__ __forceinline__ float take(float* a) {
+  if (OneBlock) {
+    const float x = *a;
+    *a = 0.0f;
+    return x;
+  }
+  const float x = __ldcg(a);  // other blocks added into it through L2: bypass this SM's L1
+  __stcg(a, 0.0f);
+  return x;
+}
+
+constexpr int kPerThread = 4;  // neurons one thread advances per sweep (independent loads overlap)
+
+template <bool Conductance, bool ExpEuler, bool OneBlock>
+__global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, const float* params, float* gacc,
+                                                   int64_t n, int64_t n_exc, int64_t steps) {
+  extern __shared__ float smem[];
+  __shared__ int chunk_spikes[1024 * kPerThread];
+  __shared__ int chunk_count[2];  // by chunk parity: one is counted into while the other is reset
+  float* acc = OneBlock ? smem : gacc;  // 2 buffers x (exc, inh) x n
+  const Params p = params_from(params);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t span = int64_t(blockDim.x) * kPerThread;
+  if (OneBlock)
+    for (int64_t i = threadIdx.x; i < 4 * n; i += blockDim.x) acc[i] = 0.0f;
+  if (threadIdx.x < 2) chunk_count[threadIdx.x] = 0;
+  __syncthreads();
+  int parity = 0;
+  // t = -1 delivers the initial spikes; t >= 0 are the steps.
+  for (int64_t t = -1; t < steps; ++t) {
+    float* cur = acc + (t & 1) * 2 * n;
+    float* nxt = acc + ((t + 1) & 1) * 2 * n;
+    for (int64_t base = int64_t(blockIdx.x) * span; base < n; base += int64_t(gridDim.x) * span) {
+      bool fired[kPerThread];
+#pragma unroll
+      for (int q = 0; q < kPerThread; ++q) {
+        const int64_t i = base + q * blockDim.x + threadIdx.x;
+        fired[q] = false;
+        if (i >= n) continue;
+        if (t < 0) {
+          fired[q] = s.spk[i];
+          continue;
+        }
+        float v = s.v[i], ge = s.ge[i], gi = s.gi[i], ref = s.ref[i];
+        const float in_e = take<OneBlock>(cur + i), in_i = take<OneBlock>(cur + n + i);
+        fired[q] = lif_step<Conductance, ExpEuler>(p, in_e, in_i, v, ge, gi, ref);
+        s.v[i] = v;
+        s.ge[i] = ge;
+        s.gi[i] = gi;
+        s.ref[i] = ref;
+        s.spk[i] = fired[q];
+        if (fired[q]) s.count[i] += 1;
+      }
+#pragma unroll
+      for (int q = 0; q < kPerThread; ++q)
+        if (fired[q]) chunk_spikes[atomicAdd(&chunk_count[parity], 1)] = q * blockDim.x + threadIdx.x;
+      __syncthreads();
+      const int m = chunk_count[parity];
+      if (threadIdx.x == 0) chunk_count[parity ^ 1] = 0;  // published by the barrier below
+      for (int j = warp; j < m; j += warps) {
+        const int64_t pre = base + chunk_spikes[j];
+        const bool exc = pre < n_exc;
+        // fields picked one by one: a reference to either parameter struct would copy both to the stack
+        const int64_t row = exc ? pre : pre - n_exc, kk = exc ? ce.k : ci.k;
+        const int32_t* idx = (exc ? ce.idx : ci.idx) + row * kk;
+        const float* w = exc ? ce.w : ci.w;
+        const bool homo = exc ? ce.homo : ci.homo;
+        float* dst = exc ? nxt : nxt + n;
+        for (int64_t k = lane; k < kk; k += 32) {
+          const int64_t target = idx[k];
+          if (uint64_t(target) < uint64_t(n)) atomicAdd(dst + target, homo ? w[0] : w[row * kk + k]);
+        }
+      }
+      parity ^= 1;
+      __syncthreads();  // chunk_spikes is rewritten by the next chunk
+    }
+    // One block: the chunk barrier above already ends the step. A grid needs every block.
+    if (!OneBlock) cg::this_grid().sync();
+  }
+}
+
+void copy_if_distinct(const xk::Tensor& from, xk::Tensor& to, cudaStream_t st) {
+  if (from.data_ptr() != to.data_ptr())
+    XK_CUDA_CHECK(cudaMemcpyAsync(to.data_ptr(), from.data_ptr(), from.nbytes(), cudaMemcpyDeviceToDevice, st));
+}
+
+// Networks up to this size run in one block (their input fits in shared memory and a block
+// barrier is far cheaper than a grid barrier); larger ones over the whole GPU.
+constexpr int64_t kOneBlockMaxNeurons = 8192;
+
+template <bool Conductance, bool ExpEuler>
+void launch(const State& s, const Conn& ce, const Conn& ci, const float* params, float* gacc, int64_t n,
+            int64_t n_exc, int64_t steps, int64_t mode, cudaStream_t st) {
+  int dev = 0, optin = 0, sms = 0;
+  XK_CUDA_CHECK(cudaStreamGetDevice(st, &dev));
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t smem = 16 * n + 4 * 1024 * kPerThread + 64;  // dynamic + the static chunk list
+  const bool fits = smem <= optin;
+  XK_CHECK(!(mode == 1 && !fits)) << "gpu_mode='block' needs " << smem << " bytes of shared memory for " << n
+                                  << " neurons; this GPU gives a block " << optin << ": use 'grid' or 'auto'";
+  const bool one_block = mode == 1 || (mode == 0 && fits && n <= kOneBlockMaxNeurons);
+  if (one_block) {
+    auto* k = lif_kernel<Conductance, ExpEuler, true>;
+    const size_t dyn = size_t(16 * n);
+    XK_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)));
+    k<<<1, kBlockThreads, dyn, st>>>(s, ce, ci, params, gacc, n, n_exc, steps);
+    XK_CHECK_LAUNCH();
+    return;
+  }
+  auto* k = lif_kernel<Conductance, ExpEuler, false>;
+  int per_sm = 0;
+  XK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kGridThreads, 0));
+  XK_CHECK(per_sm > 0) << "the LIF kernel cannot be resident on this GPU";
+  const int64_t want = (n + int64_t(kGridThreads) * kPerThread - 1) / (int64_t(kGridThreads) * kPerThread);
+  const int blocks = int(want < int64_t(per_sm) * sms ? want : int64_t(per_sm) * sms);
+  XK_CUDA_CHECK(cudaMemsetAsync(gacc, 0, size_t(16 * n), st));
+  State s_arg = s;
+  Conn ce_arg = ce, ci_arg = ci;
+  const float* p_arg = params;
+  float* acc_arg = gacc;
+  int64_t n_arg = n, n_exc_arg = n_exc, steps_arg = steps;
+  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg};
+  XK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(k), dim3(blocks), dim3(kGridThreads), args, 0, st));
+}
+
+}  // namespace
+
+// @xk lif_run arg arg arg arg arg arg arg arg arg arg ret ret ret ret ret ret ret attr.n_exc:int64 attr.steps:int64 attr.conductance:bool attr.exp_euler:bool attr.mode:int64 stream
+void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, const xk::Tensor ref0,
+             const xk::Tensor spk0, const xk::Tensor idx_e, const xk::Tensor w_e, const xk::Tensor idx_i,
+             const xk::Tensor w_i, const xk::Tensor params, xk::Tensor v, xk::Tensor ge, xk::Tensor gi,
+             xk::Tensor ref, xk::Tensor spk, xk::Tensor count, xk::Tensor workspace, int64_t n_exc, int64_t steps,
+             bool conductance, bool exp_euler, int64_t mode, int64_t stream) {
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  check_args(v0, ge0, gi0, ref0, spk0, idx_e, w_e, idx_i, w_i, params, n_exc);
+  XK_CHECK(steps >= 0) << "steps must be >= 0";
+  XK_CHECK(mode >= 0 && mode <= 2) << "mode must be 0 (auto), 1 (one block) or 2 (grid)";
+  const int64_t n = v.numel();
+  XK_CHECK(workspace.dtype() == xk::DType::Float32 && workspace.numel() >= 4 * n)
+      << "workspace must hold 4 float32 per neuron";
+  copy_if_distinct(v0, v, st);
+  copy_if_distinct(ge0, ge, st);
+  copy_if_distinct(gi0, gi, st);
+  copy_if_distinct(ref0, ref, st);
+  copy_if_distinct(spk0, spk, st);
+  XK_CUDA_CHECK(cudaMemsetAsync(count.data_ptr(), 0, count.nbytes(), st));
+  if (n == 0 || steps == 0) return;
+  const State s{v.data_ptr<float>(), ge.data_ptr<float>(), gi.data_ptr<float>(), ref.data_ptr<float>(),
+                spk.data_ptr<bool>(), count.data_ptr<int32_t>()};
+  const Conn ce = conn_of(idx_e, w_e), ci = conn_of(idx_i, w_i);
+  const float* p = params.data_ptr<float>();
+  float* gacc = workspace.data_ptr<float>();
+  if (conductance) {
+    if (exp_euler) launch<true, true>(s, ce, ci, p, gacc, n, n_exc, steps, mode, st);
+    else launch<true, false>(s, ce, ci, p, gacc, n, n_exc, steps, mode, st);
+  } else {
+    if (exp_euler) launch<false, true>(s, ce, ci, p, gacc, n, n_exc, steps, mode, st);
+    else launch<false, false>(s, ce, ci, p, gacc, n, n_exc, steps, mode, st);
+  }
+}
