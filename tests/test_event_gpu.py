@@ -110,3 +110,58 @@ def test_batch_wider_than_one_grid_dimension(rng):
     np.testing.assert_allclose(np.asarray(out), dense @ B2, rtol=1e-5, atol=1e-5)
     out = xlakern.binary_densemm(jnp.asarray(dense, jnp.float32), B, transpose=True)
     np.testing.assert_allclose(np.asarray(out), dense.T @ B, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- JITC
+
+# (shape, prob): ~500 synapses a row (16 rounds of a warp); ~40 (the gather's 8-lane groups); a third
+# of the rows with no synapse; 7 columns (every row ends in the first round); four rows in five
+# with no synapse. No width is a multiple of 32.
+JITC_GPU_CASES = [((1001, 999), 0.5), ((1001, 999), 0.04), ((1001, 999), 0.001), ((45, 7), 0.5),
+                  ((2000, 100), 0.002)]
+
+
+@pytest.mark.parametrize("letter", "un")
+@pytest.mark.parametrize("shape,prob", JITC_GPU_CASES)
+@pytest.mark.parametrize("x64", [False, True])
+def test_jitc_gpu_scatter_and_gather_multiply_by_the_materialised_matrix(letter, shape, prob, x64, monkeypatch):
+    """The warp-walked rows are the generator's: each product equals the matrix the CPU materialises
+    (in float64 numpy), for every gather width (forced through XLAKERN_JITC_GATHER_LANES)."""
+    cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
+    rng = np.random.default_rng()
+    seed = int(rng.integers(0, 2**31))
+    dtype = np.float64 if x64 else np.float32
+    tol = dict(rtol=1e-11, atol=1e-11) if x64 else dict(rtol=1e-5, atol=1e-4)
+    ws = tuple(dtype(a) for a in {"u": (-0.2, 0.7), "n": (0.1, 0.3)}[letter])
+    with jax.enable_x64(x64):
+        with jax.default_device(cpu):
+            m = np.asarray(getattr(xlakern, "jit" + letter)(*ws, prob, seed, shape=shape))
+        assert m.dtype == dtype
+        with jax.default_device(gpu):
+            np.testing.assert_array_equal(np.asarray(getattr(xlakern, "jit" + letter)(*ws, prob, seed, shape=shape)), m)
+        nonempty = (m != 0).any(axis=1).mean()  # rows with a synapse: 1 - (1 - p)^gcols of them
+        assert abs(nonempty - (1 - (1 - prob) ** shape[1])) < 0.1 and nonempty > 0, nonempty
+        m = m.astype(np.float64)
+        for transpose in (False, True):  # corder=True: M @ v gathers over generated rows, M.T @ v scatters
+            n_in = shape[0] if transpose else shape[1]
+            mat = m.T if transpose else m
+            for batch in (None, 1, 37):
+                size = (n_in,) if batch is None else (n_in, batch)
+                s = rng.random(size) < 0.3
+                s[rng.integers(0, n_in)] = True  # at least one active spike (the short shapes)
+                x = np.where(rng.random(size) < 0.3, rng.standard_normal(size), 0.0).astype(dtype)
+                x[rng.integers(0, n_in)] = dtype(1.5)
+                for binary, v in ((True, s), (False, x)):
+                    want = mat @ v.astype(np.float64)
+                    assert np.abs(want).max() > 0
+                    name = ("binary_" if binary else "") + "jit" + letter + ("mv" if batch is None else "mm")
+                    for lanes in ((None,) if transpose else (None, "1", "8", "32")):
+                        if lanes is not None:
+                            monkeypatch.setenv("XLAKERN_JITC_GATHER_LANES", lanes)
+                        with jax.default_device(gpu):
+                            y = getattr(xlakern, name)(*ws, prob, v, seed, shape=shape, transpose=transpose)
+                            y = np.asarray(y)
+                        assert y.dtype == dtype and y.shape == want.shape
+                        np.testing.assert_allclose(y, want, **tol, err_msg=f"{name} transpose={transpose} "
+                                                   f"batch={batch} lanes={lanes}")
+                    monkeypatch.delenv("XLAKERN_JITC_GATHER_LANES", raising=False)
