@@ -193,8 +193,8 @@ def _register() -> XLACustomKernel:
 
     def gpu(outs, **static):
         def run(*args):
-            n = args[0].shape[0]
-            res = _cuda_module().lif_run(*args, outs=list(outs) + [SDS((4 * n,), jnp.float32)],
+            stride = (args[0].shape[0] + 3) // 4 * 4  # input buffers padded for vector access
+            res = _cuda_module().lif_run(*args, outs=list(outs) + [SDS((4 * stride,), jnp.float32)],
                                          input_output_aliases=state_aliases, **static)
             return tuple(res[:6])  # the last output is the kernel's scratch (synaptic input buffers)
         return run

@@ -33,63 +33,103 @@ struct State {
   int32_t* count;
 };
 
-template <bool OneBlock>
-__device__ __forceinline__ float take(float* a) {
-  if (OneBlock) {
-    const float x = *a;
-    *a = 0.0f;
-    return x;
+constexpr int kPerThread = 4;  // contiguous neurons per thread: one 16-byte load per state array
+
+// Four neurons' values from p[i0..i0+4): one vector load when they are all there and the address is
+// 16-byte aligned (`vec`), else one by one (zeros past n).
+__device__ __forceinline__ void load4(const float* p, int64_t i0, int64_t n, bool vec, float (&x)[4]) {
+  if (vec && i0 + 3 < n) {
+    const float4 t = *reinterpret_cast<const float4*>(p + i0);
+    x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
+    return;
   }
-  const float x = __ldcg(a);  // other blocks added into it through L2: bypass this SM's L1
-  __stcg(a, 0.0f);
-  return x;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) x[q] = i0 + q < n ? p[i0 + q] : 0.0f;
 }
 
-constexpr int kPerThread = 4;  // neurons one thread advances per sweep (independent loads overlap)
+__device__ __forceinline__ void store4(float* p, int64_t i0, int64_t n, bool vec, const float (&x)[4]) {
+  if (vec && i0 + 3 < n) {
+    *reinterpret_cast<float4*>(p + i0) = make_float4(x[0], x[1], x[2], x[3]);
+    return;
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (i0 + q < n) p[i0 + q] = x[q];
+}
+
+// Takes (reads and clears) four neurons' accumulated input. The buffers are padded to a multiple
+// of 4 floats, so this is always one aligned vector access. On a grid, other blocks added into
+// them through L2: bypass this SM's L1.
+template <bool OneBlock>
+__device__ __forceinline__ void take4(float* a, float (&x)[4]) {
+  float4 t;
+  if (OneBlock) {
+    t = *reinterpret_cast<float4*>(a);
+    *reinterpret_cast<float4*>(a) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  } else {
+    t = __ldcg(reinterpret_cast<const float4*>(a));
+    __stcg(reinterpret_cast<float4*>(a), make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+  }
+  x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
+}
+
+// Synaptic input buffers: 2 (step parity) x 2 (exc, inh) x stride floats, stride = n rounded up to 4.
+__host__ __device__ inline int64_t acc_stride(int64_t n) { return (n + 3) / 4 * 4; }
 
 template <bool Conductance, bool ExpEuler, bool OneBlock>
 __global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, const float* params, float* gacc,
-                                                   int64_t n, int64_t n_exc, int64_t steps) {
-  extern __shared__ float smem[];
+                                                   int64_t n, int64_t n_exc, int64_t steps, bool vec) {
+  extern __shared__ float4 smem4[];
   __shared__ int chunk_spikes[1024 * kPerThread];
   __shared__ int chunk_count[2];  // by chunk parity: one is counted into while the other is reset
-  float* acc = OneBlock ? smem : gacc;  // 2 buffers x (exc, inh) x n
+  const int64_t stride = acc_stride(n);
+  float* acc = OneBlock ? reinterpret_cast<float*>(smem4) : gacc;
   const Params p = params_from(params);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t span = int64_t(blockDim.x) * kPerThread;
   if (OneBlock)
-    for (int64_t i = threadIdx.x; i < 4 * n; i += blockDim.x) acc[i] = 0.0f;
+    for (int64_t i = threadIdx.x; i < 4 * stride; i += blockDim.x) acc[i] = 0.0f;
   if (threadIdx.x < 2) chunk_count[threadIdx.x] = 0;
   __syncthreads();
   int parity = 0;
   // t = -1 delivers the initial spikes; t >= 0 are the steps.
   for (int64_t t = -1; t < steps; ++t) {
-    float* cur = acc + (t & 1) * 2 * n;
-    float* nxt = acc + ((t + 1) & 1) * 2 * n;
+    float* cur = acc + (t & 1) * 2 * stride;
+    float* nxt = acc + ((t + 1) & 1) * 2 * stride;
     for (int64_t base = int64_t(blockIdx.x) * span; base < n; base += int64_t(gridDim.x) * span) {
-      bool fired[kPerThread];
-#pragma unroll
-      for (int q = 0; q < kPerThread; ++q) {
-        const int64_t i = base + q * blockDim.x + threadIdx.x;
-        fired[q] = false;
-        if (i >= n) continue;
+      const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
+      bool fired[kPerThread] = {false, false, false, false};
+      if (i0 < n) {
         if (t < 0) {
-          fired[q] = s.spk[i];
-          continue;
+#pragma unroll
+          for (int q = 0; q < kPerThread; ++q) fired[q] = i0 + q < n && s.spk[i0 + q];
+        } else {
+          // every load first, so the thread has them all in flight at once
+          float v[4], ge[4], gi[4], ref[4], in_e[4], in_i[4];
+          load4(s.v, i0, n, vec, v);
+          load4(s.ge, i0, n, vec, ge);
+          load4(s.gi, i0, n, vec, gi);
+          load4(s.ref, i0, n, vec, ref);
+          take4<OneBlock>(cur + i0, in_e);
+          take4<OneBlock>(cur + stride + i0, in_i);
+#pragma unroll
+          for (int q = 0; q < kPerThread; ++q)
+            fired[q] = lif_step<Conductance, ExpEuler>(p, in_e[q], in_i[q], v[q], ge[q], gi[q], ref[q]) &&
+                       i0 + q < n;
+          store4(s.v, i0, n, vec, v);
+          store4(s.ge, i0, n, vec, ge);
+          store4(s.gi, i0, n, vec, gi);
+          store4(s.ref, i0, n, vec, ref);
+#pragma unroll
+          for (int q = 0; q < kPerThread; ++q) {
+            if (i0 + q < n) s.spk[i0 + q] = fired[q];
+            if (fired[q]) s.count[i0 + q] += 1;
+          }
         }
-        float v = s.v[i], ge = s.ge[i], gi = s.gi[i], ref = s.ref[i];
-        const float in_e = take<OneBlock>(cur + i), in_i = take<OneBlock>(cur + n + i);
-        fired[q] = lif_step<Conductance, ExpEuler>(p, in_e, in_i, v, ge, gi, ref);
-        s.v[i] = v;
-        s.ge[i] = ge;
-        s.gi[i] = gi;
-        s.ref[i] = ref;
-        s.spk[i] = fired[q];
-        if (fired[q]) s.count[i] += 1;
       }
 #pragma unroll
       for (int q = 0; q < kPerThread; ++q)
-        if (fired[q]) chunk_spikes[atomicAdd(&chunk_count[parity], 1)] = q * blockDim.x + threadIdx.x;
+        if (fired[q]) chunk_spikes[atomicAdd(&chunk_count[parity], 1)] = int(threadIdx.x) * kPerThread + q;
       __syncthreads();
       const int m = chunk_count[parity];
       if (threadIdx.x == 0) chunk_count[parity ^ 1] = 0;  // published by the barrier below
@@ -101,7 +141,7 @@ __global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, co
         const int32_t* idx = (exc ? ce.idx : ci.idx) + row * kk;
         const float* w = exc ? ce.w : ci.w;
         const bool homo = exc ? ce.homo : ci.homo;
-        float* dst = exc ? nxt : nxt + n;
+        float* dst = exc ? nxt : nxt + stride;
         for (int64_t k = lane; k < kk; k += 32) {
           const int64_t target = idx[k];
           if (uint64_t(target) < uint64_t(n)) atomicAdd(dst + target, homo ? w[0] : w[row * kk + k]);
@@ -127,20 +167,27 @@ constexpr int64_t kOneBlockMaxNeurons = 8192;
 template <bool Conductance, bool ExpEuler>
 void launch(const State& s, const Conn& ce, const Conn& ci, const float* params, float* gacc, int64_t n,
             int64_t n_exc, int64_t steps, int64_t mode, cudaStream_t st) {
+  // Vector loads need 16-byte aligned state arrays (XLA's buffers are; a sliced one might not be).
+  bool vec = true;
+  for (const void* ptr : {static_cast<const void*>(s.v), static_cast<const void*>(s.ge),
+                          static_cast<const void*>(s.gi), static_cast<const void*>(s.ref)})
+    vec = vec && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+  XK_CHECK(reinterpret_cast<uintptr_t>(gacc) % 16 == 0) << "the workspace must be 16-byte aligned";
   int dev = 0, optin = 0, sms = 0;
   XK_CUDA_CHECK(cudaStreamGetDevice(st, &dev));
   XK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t smem = 16 * n + 4 * 1024 * kPerThread + 64;  // dynamic + the static chunk list
+  const int64_t dyn_bytes = 16 * acc_stride(n);
+  const int64_t smem = dyn_bytes + 4 * 1024 * kPerThread + 64;  // dynamic + the static chunk list
   const bool fits = smem <= optin;
   XK_CHECK(!(mode == 1 && !fits)) << "gpu_mode='block' needs " << smem << " bytes of shared memory for " << n
                                   << " neurons; this GPU gives a block " << optin << ": use 'grid' or 'auto'";
   const bool one_block = mode == 1 || (mode == 0 && fits && n <= kOneBlockMaxNeurons);
   if (one_block) {
     auto* k = lif_kernel<Conductance, ExpEuler, true>;
-    const size_t dyn = size_t(16 * n);
+    const size_t dyn = size_t(dyn_bytes);
     XK_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)));
-    k<<<1, kBlockThreads, dyn, st>>>(s, ce, ci, params, gacc, n, n_exc, steps);
+    k<<<1, kBlockThreads, dyn, st>>>(s, ce, ci, params, gacc, n, n_exc, steps, vec);
     XK_CHECK_LAUNCH();
     return;
   }
@@ -150,13 +197,14 @@ void launch(const State& s, const Conn& ce, const Conn& ci, const float* params,
   XK_CHECK(per_sm > 0) << "the LIF kernel cannot be resident on this GPU";
   const int64_t want = (n + int64_t(kGridThreads) * kPerThread - 1) / (int64_t(kGridThreads) * kPerThread);
   const int blocks = int(want < int64_t(per_sm) * sms ? want : int64_t(per_sm) * sms);
-  XK_CUDA_CHECK(cudaMemsetAsync(gacc, 0, size_t(16 * n), st));
+  XK_CUDA_CHECK(cudaMemsetAsync(gacc, 0, size_t(dyn_bytes), st));
   State s_arg = s;
   Conn ce_arg = ce, ci_arg = ci;
   const float* p_arg = params;
   float* acc_arg = gacc;
   int64_t n_arg = n, n_exc_arg = n_exc, steps_arg = steps;
-  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg};
+  bool vec_arg = vec;
+  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg};
   XK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(k), dim3(blocks), dim3(kGridThreads), args, 0, st));
 }
 
@@ -173,8 +221,8 @@ void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, co
   XK_CHECK(steps >= 0) << "steps must be >= 0";
   XK_CHECK(mode >= 0 && mode <= 2) << "mode must be 0 (auto), 1 (one block) or 2 (grid)";
   const int64_t n = v.numel();
-  XK_CHECK(workspace.dtype() == xk::DType::Float32 && workspace.numel() >= 4 * n)
-      << "workspace must hold 4 float32 per neuron";
+  XK_CHECK(workspace.dtype() == xk::DType::Float32 && workspace.numel() >= 4 * acc_stride(n))
+      << "workspace must hold 4 float32 per neuron (n rounded up to a multiple of 4)";
   copy_if_distinct(v0, v, st);
   copy_if_distinct(ge0, ge, st);
   copy_if_distinct(gi0, gi, st);
