@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=0)
     ap.add_argument("--graph", action="store_true")
     ap.add_argument("--fused", action="store_true")
+    ap.add_argument("--skip-brainevent", action="store_true", help="leave BrainEvent out even where installed")
     ap.add_argument("--variants", default="ops,fused",
                     help="xlakern columns: ops (the script on event operators), graph (the same with graph loops), "
                          "fused (run_lif_network)")
@@ -113,7 +114,7 @@ def main() -> None:
     try:
         import brainevent  # noqa: F401
 
-        have_be = True
+        have_be = not args.skip_brainevent
     except Exception:  # noqa: BLE001
         have_be = False
     import jax

@@ -3,8 +3,8 @@
 //
 // Why one launch: at a few thousand neurons a step is a handful of microseconds of launches and
 // almost no work; at millions it is memory-bound. Here the loop over steps runs inside the kernel:
-//   one block   (small networks) the synaptic input accumulates in shared memory and a step ends
-//               with __syncthreads;
+//   one block   (small networks) the synaptic input accumulates in shared memory (and the neuron
+//               state lives there too when it fits) and a step ends with __syncthreads;
 //   whole grid  (large networks) a cooperative launch with every block resident; input
 //               accumulates in global memory and a step ends with a grid-wide barrier.
 // Per step each block sweeps its neurons in chunks of kPerThread x blockDim: every thread advances
@@ -78,7 +78,8 @@ __host__ __device__ inline int64_t acc_stride(int64_t n) { return (n + 3) / 4 * 
 
 template <bool Conductance, bool ExpEuler, bool OneBlock>
 __global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, const float* params, float* gacc,
-                                                   int64_t n, int64_t n_exc, int64_t steps, bool vec) {
+                                                   int64_t n, int64_t n_exc, int64_t steps, bool vec,
+                                                   bool resident) {
   extern __shared__ float4 smem4[];
   __shared__ int chunk_spikes[1024 * kPerThread];
   __shared__ int chunk_count[2];  // by chunk parity: one is counted into while the other is reset
@@ -92,13 +93,32 @@ __global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, co
   if (threadIdx.x < 2) chunk_count[threadIdx.x] = 0;
   __syncthreads();
   int parity = 0;
+  // Resident (one block, small networks): the neuron state lives in shared memory for the whole
+  // run, after the input buffers, and is copied in once and out once.
+  State st = s;
+  const bool vec_st = resident || vec;
+  if (resident) {
+    float* f = acc + 4 * stride;
+    st.v = f, st.ge = f + stride, st.gi = f + 2 * stride, st.ref = f + 3 * stride;
+    st.count = reinterpret_cast<int32_t*>(f + 4 * stride);
+    st.spk = reinterpret_cast<bool*>(st.count + stride);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      st.v[i] = s.v[i], st.ge[i] = s.ge[i], st.gi[i] = s.gi[i], st.ref[i] = s.ref[i];
+      st.count[i] = 0, st.spk[i] = s.spk[i];
+    }
+    __syncthreads();
+  }
+  // Shared weights, read once (a load after an atomicAdd could not be hoisted out of the loop).
+  const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
+  bool fired[kPerThread];
   // t = -1 delivers the initial spikes; t >= 0 are the steps.
   for (int64_t t = -1; t < steps; ++t) {
     float* cur = acc + (t & 1) * 2 * stride;
     float* nxt = acc + ((t + 1) & 1) * 2 * stride;
     for (int64_t base = int64_t(blockIdx.x) * span; base < n; base += int64_t(gridDim.x) * span) {
       const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
-      bool fired[kPerThread] = {false, false, false, false};
+#pragma unroll
+      for (int q = 0; q < kPerThread; ++q) fired[q] = false;
       if (i0 < n) {
         if (t < 0) {
 #pragma unroll
@@ -106,24 +126,24 @@ __global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, co
         } else {
           // every load first, so the thread has them all in flight at once
           float v[4], ge[4], gi[4], ref[4], in_e[4], in_i[4];
-          load4(s.v, i0, n, vec, v);
-          load4(s.ge, i0, n, vec, ge);
-          load4(s.gi, i0, n, vec, gi);
-          load4(s.ref, i0, n, vec, ref);
+          load4(st.v, i0, n, vec_st, v);
+          load4(st.ge, i0, n, vec_st, ge);
+          load4(st.gi, i0, n, vec_st, gi);
+          load4(st.ref, i0, n, vec_st, ref);
           take4<OneBlock>(cur + i0, in_e);
           take4<OneBlock>(cur + stride + i0, in_i);
 #pragma unroll
           for (int q = 0; q < kPerThread; ++q)
             fired[q] = lif_step<Conductance, ExpEuler>(p, in_e[q], in_i[q], v[q], ge[q], gi[q], ref[q]) &&
                        i0 + q < n;
-          store4(s.v, i0, n, vec, v);
-          store4(s.ge, i0, n, vec, ge);
-          store4(s.gi, i0, n, vec, gi);
-          store4(s.ref, i0, n, vec, ref);
+          store4(st.v, i0, n, vec_st, v);
+          store4(st.ge, i0, n, vec_st, ge);
+          store4(st.gi, i0, n, vec_st, gi);
+          store4(st.ref, i0, n, vec_st, ref);
 #pragma unroll
           for (int q = 0; q < kPerThread; ++q) {
-            if (i0 + q < n) s.spk[i0 + q] = fired[q];
-            if (fired[q]) s.count[i0 + q] += 1;
+            if (i0 + q < n) st.spk[i0 + q] = fired[q];
+            if (fired[q]) st.count[i0 + q] += 1;
           }
         }
       }
@@ -139,12 +159,23 @@ __global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, co
         // fields picked one by one: a reference to either parameter struct would copy both to the stack
         const int64_t row = exc ? pre : pre - n_exc, kk = exc ? ce.k : ci.k;
         const int32_t* idx = (exc ? ce.idx : ci.idx) + row * kk;
-        const float* w = exc ? ce.w : ci.w;
+        const float* w = (exc ? ce.w : ci.w) + row * kk;
         const bool homo = exc ? ce.homo : ci.homo;
+        const float w0 = exc ? w0_e : w0_i;
         float* dst = exc ? nxt : nxt + stride;
-        for (int64_t k = lane; k < kk; k += 32) {
-          const int64_t target = idx[k];
-          if (uint64_t(target) < uint64_t(n)) atomicAdd(dst + target, homo ? w[0] : w[row * kk + k]);
+        // 128 synapses a round: the lanes issue all their index (and weight) loads, then the adds
+        for (int64_t k0 = 0; k0 < kk; k0 += 4 * 32) {
+          int32_t target[4];
+          float wk[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int64_t k = k0 + u * 32 + lane;
+            target[u] = k < kk ? __ldg(idx + k) : -1;
+            wk[u] = homo ? w0 : (k < kk ? __ldg(w + k) : 0.0f);
+          }
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (uint32_t(target[u]) < uint64_t(n)) atomicAdd(dst + target[u], wk[u]);
         }
       }
       parity ^= 1;
@@ -152,6 +183,12 @@ __global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, co
     }
     // One block: the chunk barrier above already ends the step. A grid needs every block.
     if (!OneBlock) cg::this_grid().sync();
+  }
+  if (resident) {  // the last chunk barrier has ordered every step's writes
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      s.v[i] = st.v[i], s.ge[i] = st.ge[i], s.gi[i] = st.gi[i], s.ref[i] = st.ref[i];
+      s.count[i] = st.count[i], s.spk[i] = st.spk[i];
+    }
   }
 }
 
@@ -185,9 +222,12 @@ void launch(const State& s, const Conn& ce, const Conn& ci, const float* params,
   const bool one_block = mode == 1 || (mode == 0 && fits && n <= kOneBlockMaxNeurons);
   if (one_block) {
     auto* k = lif_kernel<Conductance, ExpEuler, true>;
-    const size_t dyn = size_t(dyn_bytes);
+    // the state too, when it fits beside the input: 4 floats, a count and a spike per neuron
+    const int64_t resident_bytes = dyn_bytes + 21 * acc_stride(n);
+    const bool resident = resident_bytes + 4 * 1024 * kPerThread + 64 <= optin;
+    const size_t dyn = size_t(resident ? resident_bytes : dyn_bytes);
     XK_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)));
-    k<<<1, kBlockThreads, dyn, st>>>(s, ce, ci, params, gacc, n, n_exc, steps, vec);
+    k<<<1, kBlockThreads, dyn, st>>>(s, ce, ci, params, gacc, n, n_exc, steps, vec, resident);
     XK_CHECK_LAUNCH();
     return;
   }
@@ -203,8 +243,8 @@ void launch(const State& s, const Conn& ce, const Conn& ci, const float* params,
   const float* p_arg = params;
   float* acc_arg = gacc;
   int64_t n_arg = n, n_exc_arg = n_exc, steps_arg = steps;
-  bool vec_arg = vec;
-  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg};
+  bool vec_arg = vec, resident_arg = false;
+  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg, &resident_arg};
   XK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(k), dim3(blocks), dim3(kGridThreads), args, 0, st));
 }
 
