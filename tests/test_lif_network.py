@@ -247,3 +247,52 @@ def test_zero_steps_and_empty_populations(rng):
     out, count = run_lif_network(st, ce, ci, LIFParams(), 3)
     ref = run_lif_network(st, ce, ci, LIFParams(), 3, backend="jnp")
     np.testing.assert_array_equal(np.asarray(count), np.asarray(ref[1]))
+
+
+def test_cuda_kernel_compiles_for_hopper():
+    """The GPU source builds for an H100 (sm_90) on a machine without a GPU and exports lif_run."""
+    try:
+        xlakern._toolchain.find_nvcc()
+    except xlakern.ToolchainError:
+        pytest.skip("nvcc not installed")
+    from xlakern.event._network import KERNEL_DIR
+
+    assert {"lif_common.h", "lif_cpu.cc", "lif_cuda.cu"} <= {p.name for p in KERNEL_DIR.iterdir()}
+    mod = xlakern.load_cuda_file(KERNEL_DIR / "lif_cuda.cu", name="lif_cuda_check", compute_capability="9.0",
+                                 allow_cuda_graph=False)
+    assert set(mod.functions) == {"lif_run"}
+
+
+_CACHE_SCRIPT = r"""
+import subprocess, sys
+import numpy as np, jax.numpy as jnp
+if sys.argv[1] == "forbid":
+    def refuse(*a, **k):
+        raise AssertionError(f"a compiler was started: {a[:1]}")
+    subprocess.Popen = subprocess.run = subprocess.check_output = subprocess.call = refuse
+import xlakern
+from xlakern.event import LIFParams, LIFState, run_lif_network
+rng = np.random.default_rng(0)
+n = 200
+ce = xlakern.FixedNumPerPre((jnp.full((1,), 0.6), jnp.asarray(rng.integers(0, n, (160, 8)), jnp.int32)), shape=(160, n))
+ci = xlakern.FixedNumPerPre((jnp.full((1,), 6.7), jnp.asarray(rng.integers(0, n, (40, 8)), jnp.int32)), shape=(40, n))
+state = LIFState.initial(rng.uniform(-60.0, -50.0, n))
+_, count = run_lif_network(state, ce, ci, LIFParams(drive=12.0), 50)
+print("SPIKES", int(np.asarray(count).sum()))
+"""
+
+
+def test_fresh_process_runs_the_cached_kernel_without_a_compiler(tmp_path):
+    import subprocess
+
+    script = tmp_path / "lif_cache.py"
+    script.write_text(_CACHE_SCRIPT)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    first = subprocess.run([sys.executable, str(script), "build"], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = subprocess.run([sys.executable, str(script), "forbid"], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    spikes = int(second.stdout.split("SPIKES")[1].split()[0])
+    assert spikes > 0 and spikes == int(first.stdout.split("SPIKES")[1].split()[0])

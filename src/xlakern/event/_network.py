@@ -259,6 +259,11 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
     in ``state.spk`` and are delivered at the start of the next call, so ``k`` calls of ``m`` steps
     equal one of ``k * m``. Not differentiable and not batched by ``vmap`` (run one larger network
     instead). Example in the module docstring.
+
+    Speed (one H100, 80 synapses a neuron, 50 Hz): 3.2 / 4.1 / 8.9 µs a step at 4k / 40k / 400k
+    neurons, 2.8-3.4x faster than BrainEvent 0.3.0 on the same model. Above about 1.5M neurons the
+    grid kernel is latency-bound and the operator path (``BinaryArray(spk) @ conn`` in a scan) is
+    faster: 119 µs a step at 4M against 216 µs.
     """
     if isinstance(state, Mapping):
         kind, fields = dict, [state[k] for k in LIFState._fields]
