@@ -108,7 +108,7 @@ def jitc_section(platform: str, args, device) -> Table:
                        f"0.1, prob = K / N; stored CSR: K random targets, float32 weights, int32 indices.")
     for n in args.sizes or SIZES[platform]:
         S, SB = spike_trains(n), spike_trains(n, batch=BATCH)
-        for k in CONNS:
+        for k in args.conns or CONNS:
             if k > n:
                 continue
             log(f"jitc {platform} N={n} K={k}")
@@ -184,8 +184,9 @@ def plasticity_section(platform: str, args, device) -> Table:
 
 def section(platform: str, args) -> list[Table]:
     device = jax.devices(platform)[0]
+    makers = {"jitc": jitc_section, "plasticity": plasticity_section}
     with jax.default_device(device):
-        return [jitc_section(platform, args, device), plasticity_section(platform, args, device)]
+        return [makers[name](platform, args, device) for name in args.sections]
 
 
 def main() -> int:
@@ -199,6 +200,9 @@ def main() -> int:
                     help="run under xlakern.config.enable_cuda_graph_loops() (for every library in the run), "
                          "with spikes hashed from the step counter inside the loop")
     ap.add_argument("--csr-max-gb", type=float, default=16.0, help="largest stored CSR (indices + weights) to build")
+    ap.add_argument("--sections", nargs="*", default=["jitc", "plasticity"], choices=["jitc", "plasticity"],
+                    help="which tables (default both; 'plasticity' alone reaches it within a short device run)")
+    ap.add_argument("--conns", type=int, nargs="*", help="synapses per neuron for the JITC table (default 80 1000)")
     args = ap.parse_args()
     t_start = time.perf_counter()
     info = machine_info()
