@@ -1,0 +1,53 @@
+"""The bench scripts still run (tiny sizes, CPU): a broken script would otherwise be found only on the GPU
+machine, where each attempt costs scarce device time. The figures themselves are not judged here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, tmp_path, timeout=600):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLAKERN_QUIET="1")
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
+    return out.stdout
+
+
+def test_bench_event_runs(tmp_path):
+    js = tmp_path / "event.json"
+    text = _run(["bench/bench_event.py", "--platforms", "cpu", "--sizes", "600", "--runs", "1", "--budget", "0.05",
+                 "--json", str(js)], tmp_path)
+    assert "| 600 |" in text
+    assert json.loads(js.read_text())
+
+
+def test_bench_event2_sections_run(tmp_path):
+    text = _run(["bench/bench_event2.py", "--platforms", "cpu", "--sizes", "600", "--conns", "20", "--runs", "1",
+                 "--budget", "0.05"], tmp_path)
+    assert "| 600 | 20 |" in text and "| 600 | 80 |" in text  # the JITC row (K = 20) and the plasticity row (K = 80)
+    text = _run(["bench/bench_event2.py", "--platforms", "cpu", "--sizes", "600", "--sections", "plasticity",
+                 "--runs", "1", "--budget", "0.05"], tmp_path)
+    assert "plasticity" in text and "JITC products" not in text
+
+
+def test_bench_network_runs(tmp_path):
+    js = tmp_path / "network.json"
+    text = _run(["bench/bench_network.py", "--single", "800", "--multi=", "--duration", "20", "--variants", "ops,fused",
+                 "--skip-brainevent", "--json", str(js)], tmp_path)
+    assert "| 800 |" in text
+    rows = json.loads(js.read_text())
+    assert {r.get("fused") for r in rows} == {False, True} and all("rtf" in r for r in rows)
+
+
+def test_plot_network_draws_the_recorded_results(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "rtf.png"
+    _run(["bench/plot_network.py", os.path.join(ROOT, "bench", "network_h100.json"), "--out", str(png)], tmp_path)
+    assert png.stat().st_size > 1000
