@@ -151,8 +151,9 @@ def _deliver(spk, idx, w, n):
 def reference_run(v, ge, gi, ref, spk, idx_e, w_e, idx_i, w_i, params, *, n_exc, steps, conductance, exp_euler):
     """jnp form of the kernels: the same step, in the same float32 arithmetic, under a scan."""
     n = v.shape[0]
-    p = [params[k] for k in range(13)]
-    de, di, dm, dt, tau_m, v_rest, v_th, v_reset, t_ref, e_exc, e_inh, drive, syn_scale = p
+    # the vector's order is LIFParams.vector()'s (lif_common.h's Param); unpacking checks its length
+    de, di, dm, dt, tau_m, v_rest, v_th, v_reset, t_ref, e_exc, e_inh, drive, syn_scale = (
+        params[k] for k in range(params.shape[0]))
 
     def step(carry, _):
         v, ge, gi, ref, spk, count = carry
