@@ -264,12 +264,7 @@ def test_cuda_kernel_compiles_for_hopper():
 
 
 _CACHE_SCRIPT = r"""
-import subprocess, sys
 import numpy as np, jax.numpy as jnp
-if sys.argv[1] == "forbid":
-    def refuse(*a, **k):
-        raise AssertionError(f"a compiler was started: {a[:1]}")
-    subprocess.Popen = subprocess.run = subprocess.check_output = subprocess.call = refuse
 import xlakern
 from xlakern.event import LIFParams, LIFState, run_lif_network
 rng = np.random.default_rng(0)
@@ -283,16 +278,8 @@ print("SPIKES", int(np.asarray(count).sum()))
 
 
 def test_fresh_process_runs_the_cached_kernel_without_a_compiler(tmp_path):
-    import subprocess
+    from _fresh_process import build_then_forbid
 
-    script = tmp_path / "lif_cache.py"
-    script.write_text(_CACHE_SCRIPT)
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    first = subprocess.run([sys.executable, str(script), "build"], env=env, capture_output=True, text=True,
-                           timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
-    second = subprocess.run([sys.executable, str(script), "forbid"], env=env, capture_output=True, text=True,
-                            timeout=300)
-    assert second.returncode == 0, second.stderr[-3000:]
-    spikes = int(second.stdout.split("SPIKES")[1].split()[0])
-    assert spikes > 0 and spikes == int(first.stdout.split("SPIKES")[1].split()[0])
+    first, second = build_then_forbid(_CACHE_SCRIPT, tmp_path, build_timeout=600)
+    spikes = int(second.split("SPIKES")[1].split()[0])
+    assert spikes > 0 and spikes == int(first.split("SPIKES")[1].split()[0])
