@@ -29,6 +29,7 @@ BACKENDS = [
     pytest.param(("jnp", "auto"), id="jnp"),
     pytest.param(("cuda", "block"), id="cuda-block", marks=pytest.mark.gpu),
     pytest.param(("cuda", "grid"), id="cuda-grid", marks=pytest.mark.gpu),
+    pytest.param(("cuda", "stream"), id="cuda-stream", marks=pytest.mark.gpu),
 ]
 
 
@@ -147,7 +148,8 @@ def test_many_steps_in_one_call_equal_one_step_calls(rng, backend):
 
 
 @pytest.mark.gpu
-def test_gpu_grid_mode_large_network_matches_cpu(rng):
+@pytest.mark.parametrize("mode", ["grid", "stream"])
+def test_gpu_grid_modes_large_network_match_cpu(rng, mode):
     """A network large enough for many blocks: the first steps (before float differences between
     compilers can grow) give the same spikes as the C++ kernel, and rates agree over 1,000 steps."""
     p = VARIANTS["coba_exp"]
@@ -158,8 +160,8 @@ def test_gpu_grid_mode_large_network_matches_cpu(rng):
         with jax.default_device(_device_for(backend)):
             ce, ci = _conns(conn_e, conn_i, n)
             s0 = {k: jnp.asarray(x) for k, x in s.items()}
-            first, c20 = run_lif_network(s0, ce, ci, p, 20, backend=backend)
-            _, c1000 = run_lif_network(s0, ce, ci, p, 1000, backend=backend)
+            first, c20 = run_lif_network(s0, ce, ci, p, 20, backend=backend, gpu_mode=mode)
+            _, c1000 = run_lif_network(s0, ce, ci, p, 1000, backend=backend, gpu_mode=mode)
             res[backend] = np.asarray(c20), np.asarray(c1000)
     assert res["cpp"][0].sum() > 0
     assert (res["cpp"][0] != res["cuda"][0]).mean() < 1e-3
@@ -167,7 +169,7 @@ def test_gpu_grid_mode_large_network_matches_cpu(rng):
     assert rate_cpu > 0 and abs(rate_gpu - rate_cpu) / rate_cpu < 0.02
 
 
-@pytest.mark.parametrize("backend", BACKENDS[:1] + BACKENDS[2:3])
+@pytest.mark.parametrize("backend", BACKENDS[:1] + BACKENDS[2:])
 def test_same_spikes_as_the_example_operator_path(backend):
     """examples/brette2007.py on event operators and the fused simulator, same network and seed."""
     backend, mode = backend
@@ -219,6 +221,10 @@ def test_bad_arguments_raise_xlakern_errors(rng):
         run_lif_network(st, ce, ci, p, -1)
     with pytest.raises(xlakern.XlakernError, match="gpu_mode"):
         run_lif_network(st, ce, ci, p, 1, gpu_mode="warp")
+    big = random_network(rng, 5000, 4000, 2, 2, hetero=False)
+    with pytest.raises(xlakern.XlakernError, match="'block' runs up to 4096"):
+        run_lif_network({k: jnp.asarray(x) for k, x in big[2].items()}, *_conns(big[0], big[1], 5000), p, 1,
+                        gpu_mode="block")
     with pytest.raises(xlakern.XlakernError, match="synapse"):
         LIFParams(synapse="alpha")
     with pytest.raises(xlakern.XlakernError, match="tau_m"):

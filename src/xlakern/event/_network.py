@@ -5,8 +5,9 @@ launches per simulated step, which at thousands of neurons is nearly all of a st
 model most spiking-network benchmarks use (Brette et al. 2007: leaky integrate-and-fire neurons,
 exponential excitatory/inhibitory synapses, conductance- or current-based, fixed out-degree),
 :func:`run_lif_network` runs the whole loop in one kernel: on the GPU in one block for small
-networks and over the whole GPU (one cooperative launch, a grid barrier per step) for large ones;
-on the CPU in C++ over XLA's thread pool. A jnp backend of the same arithmetic is registered too.
+networks and over the whole GPU (one cooperative launch, one or two grid barriers a step) for
+larger ones; on the CPU in C++ over XLA's thread pool. A jnp backend of the same arithmetic is
+registered too.
 
 It advances exactly the step of ``examples/brette2007.py``::
 
@@ -50,7 +51,8 @@ from ._layouts import FixedNumPerPre
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 SDS = jax.ShapeDtypeStruct
 
-_GPU_MODES = {"auto": 0, "block": 1, "grid": 2}
+_GPU_MODES = {"auto": 0, "block": 1, "grid": 2, "stream": 3}
+BLOCK_MODE_MAX_NEURONS = 4096  # lif_cuda.cu's kBlockMaxNeurons: 1,024 threads x 4 neurons in registers
 
 
 @functools.lru_cache(maxsize=None)
@@ -253,18 +255,21 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
         params: :class:`LIFParams` (static: a new value compiles a new program).
         steps: number of steps (static).
         backend: ``"cpp"``/``"cuda"`` (the compiled kernels, default) or ``"jnp"``.
-        gpu_mode: ``"auto"``, ``"block"`` (one thread block, up to ~14k neurons) or ``"grid"``.
+        gpu_mode: how the GPU kernel runs the loop: ``"block"`` (one thread block, the state in
+            registers; up to 4,096 neurons), ``"grid"`` (every SM, one grid barrier a step: mid-size
+            networks), ``"stream"`` (every SM, two grid barriers a step and no input buffers: large
+            networks, where the state traffic is the cost) or ``"auto"`` (picks by size).
 
     Returns the state after ``steps`` steps, of the same kind as ``state``, and each neuron's
-    number of spikes over them (int32). Weights accumulate in float32. Spikes of the last step are
+    number of spikes over them (int32). Weights accumulate in float32 (in the GPU's one-block mode, with
+    one shared weight a population, as a count of arrivals times the weight). Spikes of the last step are
     in ``state.spk`` and are delivered at the start of the next call, so ``k`` calls of ``m`` steps
     equal one of ``k * m``. Not differentiable and not batched by ``vmap`` (run one larger network
     instead). Example in the module docstring.
 
-    Speed (one H100, 80 synapses a neuron, 50 Hz): 3.2 / 4.1 / 8.9 µs a step at 4k / 40k / 400k
-    neurons, 2.8-3.4x faster than BrainEvent 0.3.0 on the same model. Above about 1.5M neurons the
-    grid kernel is latency-bound and the operator path (``BinaryArray(spk) @ conn`` in a scan) is
-    faster: 119 µs a step at 4M against 216 µs.
+    Speed (one H100, 80 synapses a neuron, 50 Hz, ``gpu_mode="auto"``): 1.8 / 3.6 / 7.8 / 95 µs a
+    step at 4k / 40k / 400k / 4M neurons, 6.05x / 3.47x / 3.17x / 1.22x faster than BrainEvent 0.3.0
+    running the same model (``bench/RESULTS.md``, "Whole networks").
     """
     if isinstance(state, Mapping):
         kind, fields = dict, [state[k] for k in LIFState._fields]
@@ -294,6 +299,9 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
         if x.shape != (n,):
             raise EventShapeError(f"run_lif_network: state.{name} has shape {tuple(x.shape)}; expected ({n},) "
                                   f"like state.v")
+    if gpu_mode == "block" and n > BLOCK_MODE_MAX_NEURONS:
+        raise EventShapeError(f"run_lif_network: gpu_mode='block' runs up to {BLOCK_MODE_MAX_NEURONS} neurons in one "
+                              f"thread block; this network has {n}: use 'grid', 'stream' or 'auto'")
     idx_e, w_e = _population("conn_exc", conn_exc, n)
     idx_i, w_i = _population("conn_inh", conn_inh, n)
     n_exc = idx_e.shape[0]

@@ -35,14 +35,12 @@ XK_HOST_DEVICE inline Params params_from(const float* p) {
                 p[kVReset], p[kTRef],  p[kEExc],  p[kEInh], p[kDrive], p[kSynScale]};
 }
 
-// One step of one neuron. in_e / in_i are the weights its synapses received from last step's
-// spikes. Returns whether it fires. Conductance-based (COBA) or current-based (CUBA) input;
-// forward Euler or exponential Euler (v relaxes exactly towards v_rest + current over dt).
+// The membrane part of one step of one neuron, given its conductances (or currents) ge, gi
+// already updated for this step. Returns whether it fires. Conductance-based (COBA) or
+// current-based (CUBA) input; forward Euler or exponential Euler (v relaxes exactly towards
+// v_rest + current over dt).
 template <bool Conductance, bool ExpEuler>
-XK_HOST_DEVICE inline bool lif_step(const Params& p, float in_e, float in_i, float& v, float& ge, float& gi,
-                                    float& ref) {
-  ge = ge * p.de + in_e;
-  gi = gi * p.di + in_i;
+XK_HOST_DEVICE inline bool lif_membrane(const Params& p, float ge, float gi, float& v, float& ref) {
   float current;
   if (Conductance)
     current = p.syn_scale * (ge * (p.e_exc - v) + gi * (p.e_inh - v)) + p.drive;
@@ -61,6 +59,16 @@ XK_HOST_DEVICE inline bool lif_step(const Params& p, float in_e, float in_i, flo
   const float left = ref - p.dt;
   ref = fired ? p.t_ref : (left > 0.0f ? left : 0.0f);
   return fired;
+}
+
+// One whole step of one neuron. in_e / in_i are the weights its synapses received from last
+// step's spikes. Returns whether it fires.
+template <bool Conductance, bool ExpEuler>
+XK_HOST_DEVICE inline bool lif_step(const Params& p, float in_e, float in_i, float& v, float& ge, float& gi,
+                                    float& ref) {
+  ge = ge * p.de + in_e;
+  gi = gi * p.di + in_i;
+  return lif_membrane<Conductance, ExpEuler>(p, ge, gi, v, ref);
 }
 
 // The outgoing synapses of one population: row r holds k targets (fixed count per presynaptic

@@ -1,17 +1,26 @@
-// CUDA kernel of xlakern.event's fused LIF network: the whole simulation loop in one launch.
+// CUDA kernels of xlakern.event's fused LIF network: the whole simulation loop in one launch.
 // Same contract and arithmetic as lif_cpu.cc (see its header).
 //
 // Why one launch: at a few thousand neurons a step is a handful of microseconds of launches and
-// almost no work; at millions it is memory-bound. Here the loop over steps runs inside the kernel:
-//   one block   (small networks) the synaptic input accumulates in shared memory (and the neuron
-//               state lives there too when it fits) and a step ends with __syncthreads;
-//   whole grid  (large networks) a cooperative launch with every block resident; input
-//               accumulates in global memory and a step ends with a grid-wide barrier.
-// Per step each block sweeps its neurons in chunks of kPerThread x blockDim: every thread advances
-// kPerThread neurons, the chunk's spikes are compacted into shared memory, and each warp delivers one
-// spike's row at a time (lanes over the synapses, atomicAdd into the targets). Input is
-// double-buffered by step parity, so delivering this step's spikes never races with another
-// block still reading this step's input: one barrier per step suffices.
+// almost no work; at millions it is memory-bound. Three ways to run the loop inside a kernel, by
+// network size (mode 0 picks; the caller may force one):
+//   block  (n <= 4096)  one thread block. Each thread keeps 4 neurons' state in registers for
+//                       the whole run; the synaptic input accumulates in shared memory (as integer
+//                       counts when both populations share one weight: integer shared atomics are
+//                       native, float ones are compare-and-swap loops). Two block barriers a step.
+//   grid   (mid-size)   a cooperative launch over the GPU, one grid barrier a step. Each block sweeps
+//                       its neurons in chunks (one chunk, the state in registers, while the blocks
+//                       that fit on the GPU cover the network: ~540k neurons on an H100); a chunk's
+//                       spikes are compacted in shared memory and delivered into input buffers in
+//                       global memory, double-buffered by step parity so that delivering never races
+//                       with another block still reading.
+//   stream (large)      a cooperative launch, two grid barriers a step. Phase 1 streams every
+//                       neuron's state once and appends spikes to one global list (warp-aggregated
+//                       atomics); phase 2 delivers the list straight into the conductances, which
+//                       phase 1 left decayed for the next step. No input buffers: at millions of
+//                       neurons the state traffic is the cost, and this is the least of it.
+// In every mode a warp delivers one spike's row at a time: lanes over the synapses, all index
+// (and weight) loads issued before the atomic adds.
 
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -24,8 +33,10 @@ namespace {
 using namespace xk_lif;
 namespace cg = cooperative_groups;
 
-constexpr int kBlockThreads = 1024;  // one-block mode
-constexpr int kGridThreads = 512;    // grid mode
+constexpr int kBlockThreads = 1024;  // block mode
+constexpr int kGridThreads = 512;    // grid and stream modes
+constexpr int kPerThread = 4;        // contiguous neurons per thread: one 16-byte access per array
+constexpr unsigned kFullMask = 0xffffffffu;
 
 struct State {
   float *v, *ge, *gi, *ref;
@@ -33,85 +44,226 @@ struct State {
   int32_t* count;
 };
 
-constexpr int kPerThread = 4;  // contiguous neurons per thread: one 16-byte load per state array
+// How an access uses the caches. L2: bypass this SM's L1, for values other SMs changed with
+// atomics. Evict: evict-first in L2, for data streamed once a step, so that what is reused (the
+// conductances the spikes add into) stays in L2.
+enum class Cache { kDefault, kL2, kEvict };
+
+template <Cache C, typename T>
+__device__ __forceinline__ T ld(const T* p) {
+  if (C == Cache::kL2) return __ldcg(p);
+  if (C == Cache::kEvict) return __ldcs(p);
+  return *p;
+}
+
+template <Cache C, typename T>
+__device__ __forceinline__ void st(T* p, T x) {
+  if (C == Cache::kEvict) __stcs(p, x);
+  else *p = x;
+}
 
 // Four neurons' values from p[i0..i0+4): one vector load when they are all there and the address is
 // 16-byte aligned (`vec`), else one by one (zeros past n).
+template <Cache C = Cache::kDefault>
 __device__ __forceinline__ void load4(const float* p, int64_t i0, int64_t n, bool vec, float (&x)[4]) {
   if (vec && i0 + 3 < n) {
-    const float4 t = *reinterpret_cast<const float4*>(p + i0);
+    const float4 t = ld<C>(reinterpret_cast<const float4*>(p + i0));
     x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
     return;
   }
 #pragma unroll
-  for (int q = 0; q < 4; ++q) x[q] = i0 + q < n ? p[i0 + q] : 0.0f;
+  for (int q = 0; q < 4; ++q) x[q] = i0 + q < n ? ld<C>(p + i0 + q) : 0.0f;
 }
 
+template <Cache C = Cache::kDefault>
 __device__ __forceinline__ void store4(float* p, int64_t i0, int64_t n, bool vec, const float (&x)[4]) {
   if (vec && i0 + 3 < n) {
-    *reinterpret_cast<float4*>(p + i0) = make_float4(x[0], x[1], x[2], x[3]);
+    st<C>(reinterpret_cast<float4*>(p + i0), make_float4(x[0], x[1], x[2], x[3]));
     return;
   }
 #pragma unroll
   for (int q = 0; q < 4; ++q)
-    if (i0 + q < n) p[i0 + q] = x[q];
+    if (i0 + q < n) st<C>(p + i0 + q, x[q]);
 }
 
-// Takes (reads and clears) four neurons' accumulated input. The buffers are padded to a multiple
-// of 4 floats, so this is always one aligned vector access. On a grid, other blocks added into
-// them through L2: bypass this SM's L1.
-template <bool OneBlock>
-__device__ __forceinline__ void take4(float* a, float (&x)[4]) {
-  float4 t;
-  if (OneBlock) {
-    t = *reinterpret_cast<float4*>(a);
-    *reinterpret_cast<float4*>(a) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  } else {
-    t = __ldcg(reinterpret_cast<const float4*>(a));
-    __stcg(reinterpret_cast<float4*>(a), make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+// Appends this warp's spikes (up to 4 a lane, neurons i0 + q) to `list` at slots taken from
+// *counter with one atomic per warp. Every lane of the warp must call it.
+__device__ __forceinline__ void append_spikes(const bool (&fired)[4], int64_t i0, int* counter, int* list) {
+  const int c = int(fired[0]) + int(fired[1]) + int(fired[2]) + int(fired[3]);
+  // c <= 4 takes 3 bits: three ballots give every lane the sum of the counts below it
+  const unsigned b0 = __ballot_sync(kFullMask, c & 1), b1 = __ballot_sync(kFullMask, c & 2),
+                 b2 = __ballot_sync(kFullMask, c & 4);
+  if ((b0 | b1 | b2) == 0u) return;
+  const int lane = threadIdx.x & 31;
+  const unsigned below = (1u << lane) - 1u;
+  const int total = __popc(b0) + 2 * __popc(b1) + 4 * __popc(b2);
+  int base = 0;
+  if (lane == 0) base = atomicAdd(counter, total);
+  int at = __shfl_sync(kFullMask, base, 0) + __popc(b0 & below) + 2 * __popc(b1 & below) + 4 * __popc(b2 & below);
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (fired[q]) list[at++] = int(i0 + q);
+}
+
+// One warp adds one presynaptic neuron's row (k targets from idx, weights w or the shared w0) into
+// dst: a count of 1 per synapse when Count (shared weights, applied by the reader), else the
+// weight. 32 x U synapses a round: the lanes issue all their loads, then the adds. Targets outside
+// [0, n) are dropped. Evict: the connectivity is streamed (evict-first in L2).
+template <bool Count, int U = 4, bool Evict = false, typename Acc>
+__device__ __forceinline__ void deliver_row(const int32_t* idx, const float* w, int64_t k, bool homo, float w0,
+                                            int64_t n, Acc* dst, int lane) {
+  for (int64_t k0 = 0; k0 < k; k0 += U * 32) {
+    int32_t target[U];
+    float wk[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t j = k0 + u * 32 + lane;
+      target[u] = j < k ? (Evict ? __ldcs(idx + j) : __ldg(idx + j)) : -1;
+      if (!Count) wk[u] = homo ? w0 : (j < k ? (Evict ? __ldcs(w + j) : __ldg(w + j)) : 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (uint32_t(target[u]) >= uint64_t(n)) continue;
+      if (Count) atomicAdd(reinterpret_cast<int*>(dst) + target[u], 1);
+      else atomicAdd(reinterpret_cast<float*>(dst) + target[u], wk[u]);
+    }
   }
+}
+
+// Neuron `pre`'s outgoing row. Fields are picked one by one: a reference to either Conn would put
+// both kernel parameters on the stack.
+struct Row {
+  const int32_t* idx;
+  const float* w;
+  int64_t k;
+  bool homo, exc;
+};
+
+__device__ __forceinline__ Row row_of(int64_t pre, int64_t n_exc, const Conn ce, const Conn ci) {
+  const bool exc = pre < n_exc;
+  const int64_t r = exc ? pre : pre - n_exc, k = exc ? ce.k : ci.k;
+  return Row{(exc ? ce.idx : ci.idx) + r * k, (exc ? ce.w : ci.w) + r * k, k, exc ? ce.homo : ci.homo, exc};
+}
+
+// ------------------------------------------------------------------------------------ block mode
+
+// P neurons a thread (P / 4 groups of 4 contiguous ones), their state in registers all run. (P = 8
+// would spill them: at 1,024 threads a block a thread has 64 registers.)
+template <bool Conductance, bool ExpEuler, bool Count, int P>
+__global__ void __launch_bounds__(kBlockThreads, 1)
+    lif_block_kernel(State s, Conn ce, Conn ci, const float* params, int n, int n_exc, int64_t steps, bool vec) {
+  constexpr int G = P / kPerThread;
+  extern __shared__ float4 smem4[];
+  __shared__ int n_spikes[2];  // by step parity: one is counted into while the other is reset
+  const int stride = (n + 3) / 4 * 4;
+  uint32_t* in = reinterpret_cast<uint32_t*>(smem4);  // exc input [0, stride), inh [stride, 2 stride)
+  int* spikes = reinterpret_cast<int*>(in + 2 * stride);
+  for (int i = threadIdx.x; i < 2 * stride; i += blockDim.x) in[i] = 0u;
+  if (threadIdx.x < 2) n_spikes[threadIdx.x] = 0;
+  const Params p = params_from(params);
+  const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float v[G][4], ge[G][4], gi[G][4], ref[G][4];
+  bool fired[G][4];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int i0 = (g * kBlockThreads + int(threadIdx.x)) * kPerThread;
+    load4(s.v, i0, n, vec, v[g]);
+    load4(s.ge, i0, n, vec, ge[g]);
+    load4(s.gi, i0, n, vec, gi[g]);
+    load4(s.ref, i0, n, vec, ref[g]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) fired[g][q] = i0 + q < n && s.spk[i0 + q];
+  }
+  __syncthreads();
+  int parity = 0;
+  // t = -1 delivers the initial spikes; t >= 0 are the steps.
+  for (int64_t t = -1; t < steps; ++t) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int i0 = (g * kBlockThreads + int(threadIdx.x)) * kPerThread;
+      if (t >= 0 && i0 < n) {  // (threads past n hold no neurons; their slots would be another buffer's)
+        // take (read and clear) the four neurons' input: one 16-byte shared access each way
+        uint4* pe = reinterpret_cast<uint4*>(in + i0);
+        uint4* pi = reinterpret_cast<uint4*>(in + stride + i0);
+        const uint4 a = *pe, b = *pi;
+        *pe = make_uint4(0u, 0u, 0u, 0u);
+        *pi = make_uint4(0u, 0u, 0u, 0u);
+        const uint32_t ae[4] = {a.x, a.y, a.z, a.w}, ai[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float in_e = Count ? w0_e * float(int(ae[q])) : __uint_as_float(ae[q]);
+          const float in_i = Count ? w0_i * float(int(ai[q])) : __uint_as_float(ai[q]);
+          fired[g][q] = lif_step<Conductance, ExpEuler>(p, in_e, in_i, v[g][q], ge[g][q], gi[g][q], ref[g][q]) &&
+                        i0 + q < n;
+          if (fired[g][q]) atomicAdd(s.count + i0 + q, 1);  // no return value: a fire-and-forget add
+        }
+      }
+      append_spikes(fired[g], i0, &n_spikes[parity], spikes);
+    }
+    __syncthreads();
+    const int m = n_spikes[parity];
+    if (threadIdx.x == 0) n_spikes[parity ^ 1] = 0;  // published by the barrier below
+    for (int j = warp; j < m; j += warps) {
+      const Row r = row_of(spikes[j], n_exc, ce, ci);
+      deliver_row<Count, Count ? 4 : 2>(r.idx, r.w, r.k, r.homo, r.exc ? w0_e : w0_i, n, in + (r.exc ? 0 : stride), lane);
+    }
+    parity ^= 1;
+    __syncthreads();  // the input is taken and the spike list rewritten by the next step
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int i0 = (g * kBlockThreads + int(threadIdx.x)) * kPerThread;
+    store4(s.v, i0, n, vec, v[g]);
+    store4(s.ge, i0, n, vec, ge[g]);
+    store4(s.gi, i0, n, vec, gi[g]);
+    store4(s.ref, i0, n, vec, ref[g]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (i0 + q < n) s.spk[i0 + q] = fired[g][q];
+  }
+}
+
+// ------------------------------------------------------------------------------------- grid mode
+
+// Takes (reads and clears) four neurons' accumulated input from padded buffers: one aligned vector
+// access. Other blocks added into them through L2: bypass this SM's L1.
+__device__ __forceinline__ void take4(float* a, float (&x)[4]) {
+  const float4 t = __ldcg(reinterpret_cast<const float4*>(a));
+  __stcg(reinterpret_cast<float4*>(a), make_float4(0.0f, 0.0f, 0.0f, 0.0f));
   x[0] = t.x, x[1] = t.y, x[2] = t.z, x[3] = t.w;
 }
 
 // Synaptic input buffers: 2 (step parity) x 2 (exc, inh) x stride floats, stride = n rounded up to 4.
 __host__ __device__ inline int64_t acc_stride(int64_t n) { return (n + 3) / 4 * 4; }
 
-template <bool Conductance, bool ExpEuler, bool OneBlock>
-__global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, const float* params, float* gacc,
-                                                   int64_t n, int64_t n_exc, int64_t steps, bool vec,
-                                                   bool resident) {
-  extern __shared__ float4 smem4[];
-  __shared__ int chunk_spikes[1024 * kPerThread];
+// Two blocks an SM (64 registers a thread): with one, a 400k network needs two chunks a block and
+// a step takes twice as long. Resident: every block holds one chunk (n <= blocks x 2,048), and each
+// thread keeps its 4 neurons' state in registers for the whole run, as in block mode: per step only
+// the input goes through L2.
+template <bool Conductance, bool ExpEuler, bool Resident>
+__global__ void __launch_bounds__(kGridThreads, 2)
+    lif_grid_kernel(State s, Conn ce, Conn ci, const float* params, float* acc, int64_t n, int64_t n_exc,
+                    int64_t steps, bool vec) {
+  __shared__ int chunk_spikes[kGridThreads * kPerThread];
   __shared__ int chunk_count[2];  // by chunk parity: one is counted into while the other is reset
   const int64_t stride = acc_stride(n);
-  float* acc = OneBlock ? reinterpret_cast<float*>(smem4) : gacc;
   const Params p = params_from(params);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int64_t span = int64_t(blockDim.x) * kPerThread;
-  if (OneBlock)
-    for (int64_t i = threadIdx.x; i < 4 * stride; i += blockDim.x) acc[i] = 0.0f;
   if (threadIdx.x < 2) chunk_count[threadIdx.x] = 0;
-  __syncthreads();
   int parity = 0;
-  // Resident (one block, small networks): the neuron state lives in shared memory for the whole
-  // run, after the input buffers, and is copied in once and out once.
-  State st = s;
-  const bool vec_st = resident || vec;
-  if (resident) {
-    float* f = acc + 4 * stride;
-    st.v = f, st.ge = f + stride, st.gi = f + 2 * stride, st.ref = f + 3 * stride;
-    st.count = reinterpret_cast<int32_t*>(f + 4 * stride);
-    st.spk = reinterpret_cast<bool*>(st.count + stride);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      st.v[i] = s.v[i], st.ge[i] = s.ge[i], st.gi[i] = s.gi[i], st.ref[i] = s.ref[i];
-      st.count[i] = 0, st.spk[i] = s.spk[i];
-    }
-    __syncthreads();
-  }
-  // Shared weights, read once (a load after an atomicAdd could not be hoisted out of the loop).
   const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
   bool fired[kPerThread];
-  // t = -1 delivers the initial spikes; t >= 0 are the steps.
+  float v[4], ge[4], gi[4], ref[4];  // Resident: this thread's neurons all run; else the chunk's
+  const int64_t home = int64_t(blockIdx.x) * span + int64_t(threadIdx.x) * kPerThread;
+  if (Resident) {
+    load4(s.v, home, n, vec, v);
+    load4(s.ge, home, n, vec, ge);
+    load4(s.gi, home, n, vec, gi);
+    load4(s.ref, home, n, vec, ref);
+  }
+  __syncthreads();
   for (int64_t t = -1; t < steps; ++t) {
     float* cur = acc + (t & 1) * 2 * stride;
     float* nxt = acc + ((t + 1) & 1) * 2 * stride;
@@ -125,127 +277,220 @@ __global__ void __launch_bounds__(1024) lif_kernel(State s, Conn ce, Conn ci, co
           for (int q = 0; q < kPerThread; ++q) fired[q] = i0 + q < n && s.spk[i0 + q];
         } else {
           // every load first, so the thread has them all in flight at once
-          float v[4], ge[4], gi[4], ref[4], in_e[4], in_i[4];
-          load4(st.v, i0, n, vec_st, v);
-          load4(st.ge, i0, n, vec_st, ge);
-          load4(st.gi, i0, n, vec_st, gi);
-          load4(st.ref, i0, n, vec_st, ref);
-          take4<OneBlock>(cur + i0, in_e);
-          take4<OneBlock>(cur + stride + i0, in_i);
+          float in_e[4], in_i[4];
+          if (!Resident) {
+            load4(s.v, i0, n, vec, v);
+            load4(s.ge, i0, n, vec, ge);
+            load4(s.gi, i0, n, vec, gi);
+            load4(s.ref, i0, n, vec, ref);
+          }
+          take4(cur + i0, in_e);
+          take4(cur + stride + i0, in_i);
 #pragma unroll
           for (int q = 0; q < kPerThread; ++q)
             fired[q] = lif_step<Conductance, ExpEuler>(p, in_e[q], in_i[q], v[q], ge[q], gi[q], ref[q]) &&
                        i0 + q < n;
-          store4(st.v, i0, n, vec_st, v);
-          store4(st.ge, i0, n, vec_st, ge);
-          store4(st.gi, i0, n, vec_st, gi);
-          store4(st.ref, i0, n, vec_st, ref);
+          if (!Resident) {
+            store4(s.v, i0, n, vec, v);
+            store4(s.ge, i0, n, vec, ge);
+            store4(s.gi, i0, n, vec, gi);
+            store4(s.ref, i0, n, vec, ref);
+          }
 #pragma unroll
           for (int q = 0; q < kPerThread; ++q) {
-            if (i0 + q < n) st.spk[i0 + q] = fired[q];
-            if (fired[q]) st.count[i0 + q] += 1;
+            if (!Resident && i0 + q < n) s.spk[i0 + q] = fired[q];
+            if (fired[q]) atomicAdd(s.count + i0 + q, 1);
           }
         }
       }
-#pragma unroll
-      for (int q = 0; q < kPerThread; ++q)
-        if (fired[q]) chunk_spikes[atomicAdd(&chunk_count[parity], 1)] = int(threadIdx.x) * kPerThread + q;
+      append_spikes(fired, int64_t(threadIdx.x) * kPerThread, &chunk_count[parity], chunk_spikes);
       __syncthreads();
       const int m = chunk_count[parity];
       if (threadIdx.x == 0) chunk_count[parity ^ 1] = 0;  // published by the barrier below
       for (int j = warp; j < m; j += warps) {
-        const int64_t pre = base + chunk_spikes[j];
-        const bool exc = pre < n_exc;
-        // fields picked one by one: a reference to either parameter struct would copy both to the stack
-        const int64_t row = exc ? pre : pre - n_exc, kk = exc ? ce.k : ci.k;
-        const int32_t* idx = (exc ? ce.idx : ci.idx) + row * kk;
-        const float* w = (exc ? ce.w : ci.w) + row * kk;
-        const bool homo = exc ? ce.homo : ci.homo;
-        const float w0 = exc ? w0_e : w0_i;
-        float* dst = exc ? nxt : nxt + stride;
-        // 128 synapses a round: the lanes issue all their index (and weight) loads, then the adds
-        for (int64_t k0 = 0; k0 < kk; k0 += 4 * 32) {
-          int32_t target[4];
-          float wk[4];
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const int64_t k = k0 + u * 32 + lane;
-            target[u] = k < kk ? __ldg(idx + k) : -1;
-            wk[u] = homo ? w0 : (k < kk ? __ldg(w + k) : 0.0f);
-          }
-#pragma unroll
-          for (int u = 0; u < 4; ++u)
-            if (uint32_t(target[u]) < uint64_t(n)) atomicAdd(dst + target[u], wk[u]);
-        }
+        const Row r = row_of(base + chunk_spikes[j], n_exc, ce, ci);
+        deliver_row<false>(r.idx, r.w, r.k, r.homo, r.exc ? w0_e : w0_i, n, nxt + (r.exc ? 0 : stride), lane);
       }
       parity ^= 1;
       __syncthreads();  // chunk_spikes is rewritten by the next chunk
     }
-    // One block: the chunk barrier above already ends the step. A grid needs every block.
-    if (!OneBlock) cg::this_grid().sync();
+    cg::this_grid().sync();
   }
-  if (resident) {  // the last chunk barrier has ordered every step's writes
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      s.v[i] = st.v[i], s.ge[i] = st.ge[i], s.gi[i] = st.gi[i], s.ref[i] = st.ref[i];
-      s.count[i] = st.count[i], s.spk[i] = st.spk[i];
-    }
+  if (Resident) {
+    store4(s.v, home, n, vec, v);
+    store4(s.ge, home, n, vec, ge);
+    store4(s.gi, home, n, vec, gi);
+    store4(s.ref, home, n, vec, ref);
+#pragma unroll
+    for (int q = 0; q < kPerThread; ++q)
+      if (home + q < n) s.spk[home + q] = fired[q];
   }
 }
+
+// ----------------------------------------------------------------------------------- stream mode
+
+// Between steps the conductances hold ge * decay_e (gi * decay_i): the next step's value before
+// its input, which phase 2 adds straight into them. On return they hold the last step's values.
+// list: [0, 2) spike counts by step parity, [4, 4 + n) the step's spiking neurons.
+template <bool Conductance, bool ExpEuler>
+__global__ void __launch_bounds__(kGridThreads, 2)
+    lif_stream_kernel(State s, Conn ce, Conn ci, const float* params, int* list, int64_t n, int64_t n_exc,
+                      int64_t steps, bool vec) {
+  cg::grid_group grid = cg::this_grid();
+  const Params p = params_from(params);
+  const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
+  int* spikes = list + 4;
+  const int lane = threadIdx.x & 31;
+  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t threads = int64_t(gridDim.x) * blockDim.x;
+  const int64_t warp = thread >> 5, warps = threads >> 5;
+  const int64_t groups = (n + 3) / 4;
+  for (int64_t t = -1; t < steps; ++t) {
+    const int parity = int(t & 1);
+    const bool last = t == steps - 1;
+    if (thread == 0) list[parity ^ 1] = 0;  // the other step's count: nobody reads it this step
+    // phase 1: advance every neuron (t = -1: only decay the conductances) and list the spikes
+    for (int64_t g = thread; g - lane < groups; g += threads) {  // whole warps: append_spikes needs them
+      const int64_t i0 = g * 4;
+      bool fired[4] = {false, false, false, false};
+      if (g < groups) {
+        float ge[4], gi[4];
+        load4<Cache::kL2>(s.ge, i0, n, vec, ge);
+        load4<Cache::kL2>(s.gi, i0, n, vec, gi);
+        if (t < 0) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) fired[q] = i0 + q < n && s.spk[i0 + q];
+        } else {
+          float v[4], ref[4];
+          load4<Cache::kEvict>(s.v, i0, n, vec, v);
+          load4<Cache::kEvict>(s.ref, i0, n, vec, ref);
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            fired[q] = lif_membrane<Conductance, ExpEuler>(p, ge[q], gi[q], v[q], ref[q]) && i0 + q < n;
+          store4<Cache::kEvict>(s.v, i0, n, vec, v);
+          store4<Cache::kEvict>(s.ref, i0, n, vec, ref);
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (fired[q]) atomicAdd(s.count + i0 + q, 1);
+        }
+        if (last) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (i0 + q < n) s.spk[i0 + q] = fired[q];
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) ge[q] *= p.de, gi[q] *= p.di;
+        }
+        store4(s.ge, i0, n, vec, ge);
+        store4(s.gi, i0, n, vec, gi);
+      }
+      if (!last) append_spikes(fired, i0, &list[parity], spikes);
+    }
+    if (last) break;  // its spikes are delivered at the start of the next call
+    grid.sync();
+    // phase 2: warp w delivers spikes w, w + warps, ...; lane l fetches the list entry of round l
+    const int64_t m = __ldcg(&list[parity]);
+    for (int64_t j0 = warp; j0 < m; j0 += 32 * warps) {
+      const int64_t mine = j0 + lane * warps;
+      const int pre_l = mine < m ? __ldcg(spikes + mine) : -1;
+      for (int r = 0; r < 32; ++r) {
+        const int pre = __shfl_sync(kFullMask, pre_l, r);
+        if (pre < 0) break;
+        const Row row = row_of(pre, n_exc, ce, ci);
+        deliver_row<false, 4, true>(row.idx, row.w, row.k, row.homo, row.exc ? w0_e : w0_i, n,
+                                    row.exc ? s.ge : s.gi, lane);
+      }
+    }
+    grid.sync();
+  }
+}
+
+// ---------------------------------------------------------------------------------------- launch
 
 void copy_if_distinct(const xk::Tensor& from, xk::Tensor& to, cudaStream_t st) {
   if (from.data_ptr() != to.data_ptr())
     XK_CUDA_CHECK(cudaMemcpyAsync(to.data_ptr(), from.data_ptr(), from.nbytes(), cudaMemcpyDeviceToDevice, st));
 }
 
-// Networks up to this size run in one block (their input fits in shared memory and a block
-// barrier is far cheaper than a grid barrier); larger ones over the whole GPU.
-constexpr int64_t kOneBlockMaxNeurons = 8192;
+enum Mode : int64_t { kAuto = 0, kBlock = 1, kGrid = 2, kStream = 3 };
+
+// auto: up to kBlockMaxNeurons in one block (a block barrier is far cheaper than a grid barrier),
+// then the one-barrier grid while its state fits in registers (about 540k neurons on an H100), then
+// stream, where a step is memory-bound.
+constexpr int64_t kBlockMaxNeurons = kBlockThreads * kPerThread;
+
+// Blocks a cooperative launch of k may have resident at once.
+template <typename Kernel>
+int64_t resident_blocks(Kernel* k, int sms) {
+  int per_sm = 0;
+  XK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kGridThreads, 0));
+  XK_CHECK(per_sm > 0) << "the LIF kernel cannot be resident on this GPU";
+  return int64_t(per_sm) * sms;
+}
+
+constexpr int64_t kChunk = int64_t(kGridThreads) * kPerThread;  // neurons a grid block sweeps at once
+
+template <typename Kernel>
+void cooperative_launch(Kernel* k, int64_t n, void** args, cudaStream_t st, int sms) {
+  const int64_t most = resident_blocks(k, sms), want = (n + kChunk - 1) / kChunk;
+  const int blocks = int(want < most ? want : most);
+  XK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(k), dim3(blocks), dim3(kGridThreads), args, 0, st));
+}
+
+template <bool Conductance, bool ExpEuler, bool Count, int P>
+void launch_block(const State& s, const Conn& ce, const Conn& ci, const float* params, int64_t n, int64_t n_exc,
+                  int64_t steps, bool vec, size_t smem, cudaStream_t st) {
+  auto* k = lif_block_kernel<Conductance, ExpEuler, Count, P>;
+  XK_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  k<<<1, kBlockThreads, smem, st>>>(s, ce, ci, params, int(n), int(n_exc), steps, vec);
+  XK_CHECK_LAUNCH();
+}
 
 template <bool Conductance, bool ExpEuler>
-void launch(const State& s, const Conn& ce, const Conn& ci, const float* params, float* gacc, int64_t n,
+void launch(const State& s, const Conn& ce, const Conn& ci, const float* params, float* workspace, int64_t n,
             int64_t n_exc, int64_t steps, int64_t mode, cudaStream_t st) {
-  // Vector loads need 16-byte aligned state arrays (XLA's buffers are; a sliced one might not be).
+  // Vector accesses need 16-byte aligned state arrays (XLA's buffers are; a sliced one might not be).
   bool vec = true;
   for (const void* ptr : {static_cast<const void*>(s.v), static_cast<const void*>(s.ge),
                           static_cast<const void*>(s.gi), static_cast<const void*>(s.ref)})
     vec = vec && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
-  XK_CHECK(reinterpret_cast<uintptr_t>(gacc) % 16 == 0) << "the workspace must be 16-byte aligned";
+  XK_CHECK(reinterpret_cast<uintptr_t>(workspace) % 16 == 0) << "the workspace must be 16-byte aligned";
   int dev = 0, optin = 0, sms = 0;
   XK_CUDA_CHECK(cudaStreamGetDevice(st, &dev));
   XK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t dyn_bytes = 16 * acc_stride(n);
-  const int64_t smem = dyn_bytes + 4 * 1024 * kPerThread + 64;  // dynamic + the static chunk list
-  const bool fits = smem <= optin;
-  XK_CHECK(!(mode == 1 && !fits)) << "gpu_mode='block' needs " << smem << " bytes of shared memory for " << n
-                                  << " neurons; this GPU gives a block " << optin << ": use 'grid' or 'auto'";
-  const bool one_block = mode == 1 || (mode == 0 && fits && n <= kOneBlockMaxNeurons);
-  if (one_block) {
-    auto* k = lif_kernel<Conductance, ExpEuler, true>;
-    // the state too, when it fits beside the input: 4 floats, a count and a spike per neuron
-    const int64_t resident_bytes = dyn_bytes + 21 * acc_stride(n);
-    const bool resident = resident_bytes + 4 * 1024 * kPerThread + 64 <= optin;
-    const size_t dyn = size_t(resident ? resident_bytes : dyn_bytes);
-    XK_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)));
-    k<<<1, kBlockThreads, dyn, st>>>(s, ce, ci, params, gacc, n, n_exc, steps, vec, resident);
-    XK_CHECK_LAUNCH();
+  // block mode's shared memory: input (exc, inh) and the spike list, one word each per neuron
+  const int64_t block_smem = 3 * 4 * acc_stride(n);
+  const bool block_fits = n <= kBlockMaxNeurons && block_smem + 64 <= optin;
+  XK_CHECK(!(mode == kBlock && !block_fits))
+      << "gpu_mode='block' runs up to " << kBlockMaxNeurons << " neurons in one block; this network has " << n
+      << ": use 'grid', 'stream' or 'auto'";
+  // grid keeps the state in registers while every block holds one chunk; past that, stream
+  const bool grid_resident = (n + kChunk - 1) / kChunk <= resident_blocks(lif_grid_kernel<Conductance, ExpEuler, true>, sms);
+  if (mode == kAuto) mode = block_fits ? kBlock : grid_resident ? kGrid : kStream;
+  if (mode == kBlock) {
+    const size_t smem = size_t(block_smem);
+    if (ce.homo && ci.homo) launch_block<Conductance, ExpEuler, true, 4>(s, ce, ci, params, n, n_exc, steps, vec, smem, st);
+    else launch_block<Conductance, ExpEuler, false, 4>(s, ce, ci, params, n, n_exc, steps, vec, smem, st);
     return;
   }
-  auto* k = lif_kernel<Conductance, ExpEuler, false>;
-  int per_sm = 0;
-  XK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kGridThreads, 0));
-  XK_CHECK(per_sm > 0) << "the LIF kernel cannot be resident on this GPU";
-  const int64_t want = (n + int64_t(kGridThreads) * kPerThread - 1) / (int64_t(kGridThreads) * kPerThread);
-  const int blocks = int(want < int64_t(per_sm) * sms ? want : int64_t(per_sm) * sms);
-  XK_CUDA_CHECK(cudaMemsetAsync(gacc, 0, size_t(dyn_bytes), st));
   State s_arg = s;
   Conn ce_arg = ce, ci_arg = ci;
   const float* p_arg = params;
-  float* acc_arg = gacc;
   int64_t n_arg = n, n_exc_arg = n_exc, steps_arg = steps;
-  bool vec_arg = vec, resident_arg = false;
-  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg, &resident_arg};
-  XK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(k), dim3(blocks), dim3(kGridThreads), args, 0, st));
+  bool vec_arg = vec;
+  if (mode == kGrid) {
+    XK_CUDA_CHECK(cudaMemsetAsync(workspace, 0, size_t(16 * acc_stride(n)), st));
+    float* acc_arg = workspace;
+    void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg};
+    if (grid_resident) cooperative_launch(lif_grid_kernel<Conductance, ExpEuler, true>, n, args, st, sms);
+    else cooperative_launch(lif_grid_kernel<Conductance, ExpEuler, false>, n, args, st, sms);
+    return;
+  }
+  XK_CUDA_CHECK(cudaMemsetAsync(workspace, 0, 16, st));  // the two spike counts
+  int* list_arg = reinterpret_cast<int*>(workspace);
+  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &list_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg};
+  cooperative_launch(lif_stream_kernel<Conductance, ExpEuler>, n, args, st, sms);
 }
 
 }  // namespace
@@ -259,8 +504,9 @@ void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, co
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   check_args(v0, ge0, gi0, ref0, spk0, idx_e, w_e, idx_i, w_i, params, n_exc);
   XK_CHECK(steps >= 0) << "steps must be >= 0";
-  XK_CHECK(mode >= 0 && mode <= 2) << "mode must be 0 (auto), 1 (one block) or 2 (grid)";
+  XK_CHECK(mode >= kAuto && mode <= kStream) << "mode must be 0 (auto), 1 (block), 2 (grid) or 3 (stream)";
   const int64_t n = v.numel();
+  XK_CHECK(n < (int64_t(1) << 31) - 8) << "the GPU kernels index neurons with int32: at most 2^31 - 9 of them";
   XK_CHECK(workspace.dtype() == xk::DType::Float32 && workspace.numel() >= 4 * acc_stride(n))
       << "workspace must hold 4 float32 per neuron (n rounded up to a multiple of 4)";
   copy_if_distinct(v0, v, st);
@@ -274,12 +520,12 @@ void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, co
                 spk.data_ptr<bool>(), count.data_ptr<int32_t>()};
   const Conn ce = conn_of(idx_e, w_e), ci = conn_of(idx_i, w_i);
   const float* p = params.data_ptr<float>();
-  float* gacc = workspace.data_ptr<float>();
+  float* ws = workspace.data_ptr<float>();
   if (conductance) {
-    if (exp_euler) launch<true, true>(s, ce, ci, p, gacc, n, n_exc, steps, mode, st);
-    else launch<true, false>(s, ce, ci, p, gacc, n, n_exc, steps, mode, st);
+    if (exp_euler) launch<true, true>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
+    else launch<true, false>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
   } else {
-    if (exp_euler) launch<false, true>(s, ce, ci, p, gacc, n, n_exc, steps, mode, st);
-    else launch<false, false>(s, ce, ci, p, gacc, n, n_exc, steps, mode, st);
+    if (exp_euler) launch<false, true>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
+    else launch<false, false>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
   }
 }
