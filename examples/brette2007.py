@@ -146,12 +146,14 @@ def lif_params(model: Model):
                      integrator="exp_euler" if model.exp_euler else "euler", dt=DT)
 
 
-def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record: int = 0, fused: bool = False):
+def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record: int = 0, fused: bool = False,
+             gpu_mode: str = "auto"):
     """Run ``steps`` steps; returns (jitted ``run(conns, state) -> (state, spike count per neuron)``,
     conns, initial state, raster of the first ``record`` steps as a (step, neuron) bool array).
 
     ``fused``: xlakern only: the same network advanced by ``xlakern.event.run_lif_network``,
-    which runs the whole loop (neuron update and spike delivery) in one kernel."""
+    which runs the whole loop (neuron update and spike delivery) in one kernel; ``gpu_mode`` is its
+    GPU strategy (``run_lif_network``'s argument)."""
     import jax
     import jax.numpy as jnp
 
@@ -163,13 +165,14 @@ def simulate(brainevent, model: Model, n: int, steps: int, seed: int = 0, record
 
         def raster_fused(conns, state):
             def body(s, _):
-                s, _ = run_lif_network(s, *conns, params, 1)
+                s, _ = run_lif_network(s, *conns, params, 1, gpu_mode=gpu_mode)
                 return s, s["spk"]
 
             return jax.lax.scan(body, state, None, length=record)[1]
 
         spikes = np.asarray(jax.jit(raster_fused)(conns, state0)) if record else None
-        return jax.jit(lambda conns, state: run_lif_network(state, *conns, params, steps)), conns, state0, spikes
+        return (jax.jit(lambda conns, state: run_lif_network(state, *conns, params, steps, gpu_mode=gpu_mode)),
+                conns, state0, spikes)
 
     def run(conns, state):
         def body(carry, _):
@@ -208,6 +211,8 @@ def main() -> None:
     ap.add_argument("--raster", help="save a raster plot of the first second here (needs matplotlib)")
     ap.add_argument("--fused", action="store_true",
                     help="xlakern only: run the loop in one kernel (xlakern.event.run_lif_network)")
+    ap.add_argument("--gpu-mode", default="auto", choices=["auto", "block", "grid", "stream"],
+                    help="with --fused: how the kernel runs the loop on a GPU (run_lif_network's gpu_mode)")
     args = ap.parse_args()
     if args.fused and args.lib != "xlakern":
         ap.error("--fused is xlakern's simulator; it needs --lib xlakern")
@@ -219,7 +224,8 @@ def main() -> None:
     n = int(4000 * args.scale)
     steps = int(round(args.duration / DT))
     record = int(round(min(1000.0, args.duration) / DT)) if args.raster else 0
-    run, conns, state0, spikes = simulate(brainevent, model, n, steps, args.seed, record, fused=args.fused)
+    run, conns, state0, spikes = simulate(brainevent, model, n, steps, args.seed, record, fused=args.fused,
+                                          gpu_mode=args.gpu_mode)
     jax.block_until_ready(run(conns, state0))  # compile and warm up
     t0 = time.perf_counter()
     _, count = jax.block_until_ready(run(conns, state0))

@@ -46,6 +46,13 @@ def test_bench_network_runs(tmp_path):
     assert {r.get("fused") for r in rows} == {False, True} and all("rtf" in r for r in rows)
 
 
+def test_bench_lif_modes_runs(tmp_path):
+    text = _run(["bench/bench_lif_modes.py", "--sizes", "800", "--modes", "auto,block", "--steps", "50", "--runs", "1"],
+                tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| 800 |"))
+    assert row.count("µs") == 2 and "Hz" in row
+
+
 def test_plot_network_draws_the_recorded_results(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "rtf.png"
