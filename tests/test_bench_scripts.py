@@ -53,6 +53,11 @@ def test_bench_lif_modes_runs(tmp_path):
     assert row.count("µs") == 2 and "Hz" in row
 
 
+def test_bench_jitc_capacity_runs(tmp_path):
+    text = _run(["bench/bench_jitc_capacity.py", "--start", "500", "--max", "1000", "--conns", "20"], tmp_path)
+    assert "| 500 |" in text and "| 1,000 |" in text and "Largest that ran: 1,000 neurons" in text
+
+
 def test_plot_network_draws_the_recorded_results(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "rtf.png"
