@@ -36,6 +36,20 @@ def test_operator_matches_dense_product(rng, on_cpu, family, binary, mm, transpo
     _check_family(rng, family, binary, mm, transpose, backend)
 
 
+@pytest.mark.parametrize("family", ["csr", "fcn"])
+@pytest.mark.parametrize("binary", [True, False])
+def test_large_scatter_split_over_threads_matches_dense(rng, on_cpu, family, binary):
+    """Enough active synapses (> 2^17) for the C++ scatter to split rows over threads into private
+    buffers and sum them: the result is still the dense product."""
+    rows, cols = 3000, 500
+    with x64():
+        dense, arrays = make(rng, family, rows, cols, 0.16)  # ~80 synapses a row: ~240k adds
+        for pattern in ("all", "random"):
+            s = spikes(rng, rows, None, pattern, bool if binary else np.float64)
+            out = call(family, binary, False, dense, arrays, s, True, "cpp", dtype=jnp.float64)
+            np.testing.assert_allclose(np.asarray(out), reference(dense, s, binary, True), rtol=1e-10, atol=1e-9)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("family,binary,mm", FAMILY_CASES)
