@@ -74,9 +74,14 @@ def numpy_step(p: LIFParams, conn_e, conn_i, s):
         ok = (tgt >= 0) & (tgt < n)
         np.add.at(acc, tgt[ok], ww[ok])
         inp.append(acc)
+    return numpy_membrane(p, s, inp[0], inp[1])
+
+
+def numpy_membrane(p: LIFParams, s, in_e, in_i):
+    """The rest of numpy_step: the conductances take this step's input, the membrane advances."""
     v, ref = s["v"].astype(np.float64), s["ref"].astype(np.float64)
-    ge = s["ge"] * np.exp(-p.dt / p.tau_e) + inp[0]
-    gi = s["gi"] * np.exp(-p.dt / p.tau_i) + inp[1]
+    ge = s["ge"] * np.exp(-p.dt / p.tau_e) + in_e
+    gi = s["gi"] * np.exp(-p.dt / p.tau_i) + in_i
     if p.synapse == "coba":
         current = p.syn_scale * (ge * (p.e_exc - v) + gi * (p.e_inh - v)) + p.drive
     else:
@@ -111,8 +116,13 @@ def test_one_step_matches_float64_numpy(rng, backend, variant, hetero):
         out, count = run_lif_network({k: jnp.asarray(x) for k, x in s.items()}, ce, ci, p, 1, backend=backend,
                                      gpu_mode=mode)
     expect, v_new = numpy_step(p, conn_e, conn_i, s)
+    assert_step_matches(p, out, count, expect, v_new)
+
+
+def assert_step_matches(p: LIFParams, out, count, expect, v_new):
+    """One step's output (state dict and counts) against the float64 model's."""
     clear = np.abs(v_new - p.v_th) > 1e-3  # float32 may settle a threshold tie either way
-    assert 0 < expect["spk"].sum() < n  # the inputs exercise both outcomes
+    assert 0 < expect["spk"].sum() < expect["spk"].size  # the inputs exercise both outcomes
     np.testing.assert_array_equal(np.asarray(out["spk"])[clear], expect["spk"][clear])
     np.testing.assert_array_equal(np.asarray(count), np.asarray(out["spk"]).astype(np.int32))
     for key in ("ge", "gi"):
@@ -256,7 +266,7 @@ def test_zero_steps_and_empty_populations(rng):
 
 
 def test_cuda_kernel_compiles_for_hopper():
-    """The GPU source builds for an H100 (sm_90) on a machine without a GPU and exports lif_run."""
+    """The GPU source builds for an H100 (sm_90) on a machine without a GPU and exports both entry points."""
     try:
         xlakern._toolchain.find_nvcc()
     except xlakern.ToolchainError:
@@ -266,7 +276,7 @@ def test_cuda_kernel_compiles_for_hopper():
     assert {"lif_common.h", "lif_cpu.cc", "lif_cuda.cu"} <= {p.name for p in KERNEL_DIR.iterdir()}
     mod = xlakern.load_cuda_file(KERNEL_DIR / "lif_cuda.cu", name="lif_cuda_check", compute_capability="9.0",
                                  allow_cuda_graph=False)
-    assert set(mod.functions) == {"lif_run"}
+    assert set(mod.functions) == {"lif_run", "lif_shard_step"}
 
 
 _CACHE_SCRIPT = r"""

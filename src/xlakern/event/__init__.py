@@ -21,6 +21,7 @@ from ._kernels import (
 )
 from ._layouts import CSC, CSR, DataRepresentation, FixedNumConn, FixedNumPerPost, FixedNumPerPre
 from ._network import LIFParams, LIFState, lif_network_run_p, run_lif_network
+from ._network_sharded import lif_shard_step_p, run_lif_network_sharded
 from ._ops import (
     binary_csrmm, binary_csrmv, binary_densemm, binary_densemv, binary_fcnmm, binary_fcnmv, csrmm, csrmv, fcnmm,
     fcnmv,
@@ -58,7 +59,7 @@ __all__ = [
     "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
     "EventShapeError", "EventDTypeError", "EventUnitError",
     # xlakern's own (not BrainEvent's): the fused LIF network simulator
-    "LIFParams", "LIFState", "run_lif_network", "lif_network_run_p",
+    "LIFParams", "LIFState", "run_lif_network", "lif_network_run_p", "run_lif_network_sharded", "lif_shard_step_p",
 ]
 
 # ----------------------------------------------------------------------------- part 2

@@ -150,32 +150,37 @@ def _deliver(spk, idx, w, n):
     return jnp.zeros((n,), jnp.float32).at[target].add(contrib, mode="drop")
 
 
-def reference_run(v, ge, gi, ref, spk, idx_e, w_e, idx_i, w_i, params, *, n_exc, steps, conductance, exp_euler):
-    """jnp form of the kernels: the same step, in the same float32 arithmetic, under a scan."""
-    n = v.shape[0]
+def membrane(v, ref, ge, gi, params, *, conductance, exp_euler):
+    """jnp form of lif_common.h's lif_membrane: (v, ref, fired) after one step, given this step's ge, gi."""
     # the vector's order is LIFParams.vector()'s (lif_common.h's Param); unpacking checks its length
     de, di, dm, dt, tau_m, v_rest, v_th, v_reset, t_ref, e_exc, e_inh, drive, syn_scale = (
         params[k] for k in range(params.shape[0]))
+    if conductance:
+        current = syn_scale * (ge * (e_exc - v) + gi * (e_inh - v)) + drive
+    else:
+        current = ge + gi + drive
+    if exp_euler:
+        target = v_rest + current
+        v_new = target + (v - target) * dm
+    else:
+        v_new = v + dt * (v_rest - v + current) / tau_m
+    v_new = jnp.where(ref > 0, v_reset, v_new)
+    fired = v_new >= v_th
+    left = ref - dt
+    return jnp.where(fired, v_reset, v_new), jnp.where(fired, t_ref, jnp.where(left > 0, left, jnp.float32(0))), fired
+
+
+def reference_run(v, ge, gi, ref, spk, idx_e, w_e, idx_i, w_i, params, *, n_exc, steps, conductance, exp_euler):
+    """jnp form of the kernels: the same step, in the same float32 arithmetic, under a scan."""
+    n = v.shape[0]
+    de, di = params[0], params[1]
 
     def step(carry, _):
         v, ge, gi, ref, spk, count = carry
         ge = ge * de + _deliver(spk[:n_exc], idx_e, w_e, n)
         gi = gi * di + _deliver(spk[n_exc:], idx_i, w_i, n)
-        if conductance:
-            current = syn_scale * (ge * (e_exc - v) + gi * (e_inh - v)) + drive
-        else:
-            current = ge + gi + drive
-        if exp_euler:
-            target = v_rest + current
-            v_new = target + (v - target) * dm
-        else:
-            v_new = v + dt * (v_rest - v + current) / tau_m
-        v_new = jnp.where(ref > 0, v_reset, v_new)
-        fired = v_new >= v_th
-        left = ref - dt
-        return (jnp.where(fired, v_reset, v_new), ge, gi,
-                jnp.where(fired, t_ref, jnp.where(left > 0, left, jnp.float32(0))), fired,
-                count + fired.astype(jnp.int32)), None
+        v, ref, fired = membrane(v, ref, ge, gi, params, conductance=conductance, exp_euler=exp_euler)
+        return (v, ge, gi, ref, fired, count + fired.astype(jnp.int32)), None
 
     init = (v, ge, gi, ref, spk, jnp.zeros((n,), jnp.int32))
     return jax.lax.scan(step, init, None, length=steps)[0]
@@ -242,6 +247,29 @@ def _population(name: str, conn, n: int):
     return idx.astype(jnp.int32), data.astype(jnp.float32).reshape((1,) if data.size == 1 else idx.shape)
 
 
+def _checked_call(state, params, steps, fn: str):
+    """(kind of ``state``, its five arrays as float32/bool) after the checks both simulators share."""
+    if isinstance(state, Mapping):
+        kind, fields = dict, [state[k] for k in LIFState._fields]
+    elif isinstance(state, LIFState):
+        kind, fields = LIFState, list(state)
+    else:
+        raise EventShapeError(f"{fn}: state is a {type(state).__name__}; expected an LIFState or a mapping with keys "
+                              f"{LIFState._fields}")
+    if not isinstance(params, LIFParams):
+        raise EventShapeError(f"{fn}: params is a {type(params).__name__}; expected an LIFParams")
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise EventShapeError(f"{fn}: steps={steps!r}; expected a non-negative int")
+    arrays = []
+    for name, x in zip(LIFState._fields, fields):
+        x, unit = _units.split(x)
+        if unit is not None:
+            raise EventUnitError(f"{fn}: state.{name} carries the unit {unit}; pass plain numbers (mV, ms) as "
+                                 f"LIFParams documents")
+        arrays.append(jnp.asarray(x).astype(bool if name == "spk" else jnp.float32))
+    return kind, arrays
+
+
 def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *, backend: str | None = None,
                     gpu_mode: str = "auto"):
     """Advance a network of LIF neurons ``steps`` steps in one call; returns ``(state, spike counts)``.
@@ -271,29 +299,12 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
     step at 4k / 40k / 400k / 4M neurons, 6.05x / 3.47x / 3.17x / 1.22x faster than BrainEvent 0.3.0
     running the same model (``bench/RESULTS.md``, "Whole networks").
     """
-    if isinstance(state, Mapping):
-        kind, fields = dict, [state[k] for k in LIFState._fields]
-    elif isinstance(state, LIFState):
-        kind, fields = LIFState, list(state)
-    else:
-        raise EventShapeError(f"run_lif_network: state is a {type(state).__name__}; expected an LIFState or a mapping "
-                              f"with keys {LIFState._fields}")
-    if not isinstance(params, LIFParams):
-        raise EventShapeError(f"run_lif_network: params is a {type(params).__name__}; expected an LIFParams")
-    if not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise EventShapeError(f"run_lif_network: steps={steps!r}; expected a non-negative int")
+    kind, arrays = _checked_call(state, params, steps, "run_lif_network")
     if gpu_mode not in _GPU_MODES:
         raise EventShapeError(f"run_lif_network: gpu_mode={gpu_mode!r}; expected one of {sorted(_GPU_MODES)}")
-    arrays = []
-    for name, x in zip(LIFState._fields, fields):
-        x, unit = _units.split(x)
-        if unit is not None:
-            raise EventUnitError(f"run_lif_network: state.{name} carries the unit {unit}; pass plain numbers "
-                                 f"(mV, ms) as LIFParams documents")
-        x = jnp.asarray(x)
+    for name, x in zip(LIFState._fields, arrays):
         if x.ndim != 1:
             raise EventShapeError(f"run_lif_network: state.{name} has shape {tuple(x.shape)}; expected (n,)")
-        arrays.append(x.astype(bool if name == "spk" else jnp.float32))
     n = arrays[0].shape[0]
     for name, x in zip(LIFState._fields, arrays):
         if x.shape != (n,):

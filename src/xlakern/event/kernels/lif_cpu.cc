@@ -88,3 +88,68 @@ void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, co
     else go(run<false, false>);
   }
 }
+
+// One step of one shard of a network split over devices (run_lif_network_sharded; layout in
+// lif_common.h's Blocks). ge and gi hold the decayed conductances: every spike of the whole network
+// (bit-packed words, gathered by XLA) adds its row into them, in ascending neuron order; then
+// every local neuron advances (lif_membrane), is counted and packed if it fires, and, with `decay`,
+// leaves ge, gi decayed for the next step's delivery.
+// @xk lif_shard_step arg arg arg arg arg arg arg arg arg arg arg ret ret ret ret ret ret attr.block:int64 attr.exc_per_block:int64 attr.conductance:bool attr.exp_euler:bool attr.decay:bool
+void lif_shard_step(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, const xk::Tensor ref0,
+                    const xk::Tensor count0, const xk::Tensor spikes, const xk::Tensor idx_e, const xk::Tensor w_e,
+                    const xk::Tensor idx_i, const xk::Tensor w_i, const xk::Tensor params, xk::Tensor v,
+                    xk::Tensor ge, xk::Tensor gi, xk::Tensor ref, xk::Tensor count, xk::Tensor spikes_out,
+                    int64_t block, int64_t exc_per_block, bool conductance, bool exp_euler, bool decay) {
+  const Blocks bl{block, exc_per_block};
+  check_shard_args(v0, ge0, gi0, ref0, count0, spikes, idx_e, w_e, idx_i, w_i, params, spikes_out, bl);
+  copy_if_distinct(v0, v);
+  copy_if_distinct(ge0, ge);
+  copy_if_distinct(gi0, gi);
+  copy_if_distinct(ref0, ref);
+  copy_if_distinct(count0, count);
+  const int64_t n = v.numel(), words_local = spikes_out.numel();
+  const uint32_t* sp = spikes.data_ptr<uint32_t>();
+  float *pv = v.data_ptr<float>(), *pge = ge.data_ptr<float>(), *pgi = gi.data_ptr<float>(),
+        *pref = ref.data_ptr<float>();
+  int32_t* pcount = count.data_ptr<int32_t>();
+  uint32_t* out = spikes_out.data_ptr<uint32_t>();
+  const Conn ce = conn_of(idx_e, w_e), ci = conn_of(idx_i, w_i);
+  for (int64_t w = 0; w < spikes.numel(); ++w) {
+    const int64_t shard = w / words_local, j0 = (w - shard * words_local) * 32;
+    for (uint32_t bits = sp[w]; bits; bits &= bits - 1) {
+      const int64_t j = j0 + __builtin_ctz(bits);
+      if (j >= n) break;  // padding bits of a shard's last word
+      bool exc;
+      const int64_t r = blocked_row(shard * n + j, bl, exc);
+      const Conn& c = exc ? ce : ci;
+      float* dst = exc ? pge : pgi;
+      for (int64_t k = 0; k < c.k; ++k) {
+        const int64_t t = c.idx[r * c.k + k];
+        if (uint64_t(t) < uint64_t(n)) dst[t] += c.homo ? c.w[0] : c.w[r * c.k + k];
+      }
+    }
+  }
+  const Params p = params_from(params.data_ptr<float>());
+  auto update = [&](auto membrane) {
+    xk::parallel_for(words_local, 512, [&](int64_t lo, int64_t hi) {
+      for (int64_t w = lo; w < hi; ++w) {
+        uint32_t word = 0u;
+        const int64_t end = (w + 1) * 32 < n ? (w + 1) * 32 : n;
+        for (int64_t i = w * 32; i < end; ++i) {
+          const bool fired = membrane(p, pge[i], pgi[i], pv[i], pref[i]);
+          pcount[i] += fired ? 1 : 0;
+          word |= uint32_t(fired) << (i - w * 32);
+          if (decay) pge[i] *= p.de, pgi[i] *= p.di;
+        }
+        out[w] = word;
+      }
+    });
+  };
+  if (conductance) {
+    if (exp_euler) update(lif_membrane<true, true>);
+    else update(lif_membrane<true, false>);
+  } else {
+    if (exp_euler) update(lif_membrane<false, true>);
+    else update(lif_membrane<false, false>);
+  }
+}

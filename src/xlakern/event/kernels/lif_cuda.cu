@@ -405,6 +405,91 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   }
 }
 
+// ------------------------------------------------------------------------ one step of a shard
+// run_lif_network_sharded runs the stream mode's step across devices: XLA's all_gather brings
+// every shard's bit-packed spikes between steps, so a step is two plain launches (graph-capturable,
+// no grid barrier): deliver the whole network's spikes into this shard's conductances (which the
+// last update left decayed), then update this shard's neurons and pack their spikes.
+
+// One warp per 32 spike words a round; each set bit's row is delivered by the whole warp.
+template <int U>
+__global__ void __launch_bounds__(256)
+    shard_deliver_kernel(const uint32_t* spikes, int64_t words, int64_t words_local, int64_t n_local, Blocks bl,
+                         Conn ce, Conn ci, float* ge, float* gi) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
+  for (int64_t base = warp * 32; base < words; base += warps * 32) {
+    const uint32_t mine = base + lane < words ? __ldg(spikes + base + lane) : 0u;
+    for (unsigned busy = __ballot_sync(kFullMask, mine != 0u); busy; busy &= busy - 1) {
+      const int src = __ffs(busy) - 1;
+      uint32_t bits = __shfl_sync(kFullMask, mine, src);
+      const int64_t w = base + src, shard = w / words_local, j0 = (w - shard * words_local) * 32;
+      for (; bits; bits &= bits - 1) {
+        const int64_t j = j0 + __ffs(bits) - 1;
+        if (j >= n_local) break;  // padding bits of a shard's last word
+        bool exc;
+        const int64_t r = blocked_row(shard * n_local + j, bl, exc);
+        const int64_t k = exc ? ce.k : ci.k;  // fields one by one, as in row_of
+        deliver_row<false, U, true>((exc ? ce.idx : ci.idx) + r * k, (exc ? ce.w : ci.w) + r * k, k,
+                                    exc ? ce.homo : ci.homo, exc ? w0_e : w0_i, n_local, exc ? ge : gi, lane);
+      }
+    }
+  }
+}
+
+// Each thread advances 4 consecutive neurons (phase 1 of the stream mode) and eight lanes OR their
+// 4-bit nibbles into one spike word. `decay`: leave ge, gi decayed for the next step's delivery
+// (every step but a call's last).
+template <bool Conductance, bool ExpEuler>
+__global__ void __launch_bounds__(kGridThreads)
+    shard_update_kernel(float* v_, float* ge_, float* gi_, float* ref_, int32_t* count, uint32_t* words_out,
+                        const float* params, int64_t n, bool decay, bool vec) {
+  const Params p = params_from(params);
+  const int lane = threadIdx.x & 31;
+  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t threads = int64_t(gridDim.x) * blockDim.x;
+  const int64_t groups = (n + 3) / 4, words = (n + 31) / 32;
+  for (int64_t g = thread; g - lane < groups; g += threads) {  // whole warps: the shuffles need them
+    const int64_t i0 = g * 4;
+    uint32_t nibble = 0u;
+    if (g < groups) {
+      float v[4], ge[4], gi[4], ref[4];
+      load4<Cache::kEvict>(v_, i0, n, vec, v);
+      load4<Cache::kEvict>(ref_, i0, n, vec, ref);
+      load4(ge_, i0, n, vec, ge);
+      load4(gi_, i0, n, vec, gi);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const bool fired = lif_membrane<Conductance, ExpEuler>(p, ge[q], gi[q], v[q], ref[q]) && i0 + q < n;
+        if (fired) count[i0 + q] += 1;
+        nibble |= uint32_t(fired) << q;
+        if (decay) ge[q] *= p.de, gi[q] *= p.di;
+      }
+      store4<Cache::kEvict>(v_, i0, n, vec, v);
+      store4<Cache::kEvict>(ref_, i0, n, vec, ref);
+      store4(ge_, i0, n, vec, ge);
+      store4(gi_, i0, n, vec, gi);
+    }
+    uint32_t word = nibble << (4 * (lane & 7));
+    word |= __shfl_xor_sync(kFullMask, word, 1);
+    word |= __shfl_xor_sync(kFullMask, word, 2);
+    word |= __shfl_xor_sync(kFullMask, word, 4);
+    if ((lane & 7) == 0 && g / 8 < words) words_out[g / 8] = word;
+  }
+}
+
+template <bool Conductance, bool ExpEuler>
+void launch_shard_update(float* v, float* ge, float* gi, float* ref, int32_t* count, uint32_t* words_out,
+                         const float* params, int64_t n, bool decay, bool vec, int sms, cudaStream_t st) {
+  const int64_t groups = (n + 3) / 4, want = (groups + kGridThreads - 1) / kGridThreads;
+  const int blocks = int(want < 8 * int64_t(sms) ? want : 8 * int64_t(sms));
+  shard_update_kernel<Conductance, ExpEuler><<<blocks, kGridThreads, 0, st>>>(v, ge, gi, ref, count, words_out,
+                                                                              params, n, decay, vec);
+  XK_CHECK_LAUNCH();
+}
+
 // ---------------------------------------------------------------------------------------- launch
 
 void copy_if_distinct(const xk::Tensor& from, xk::Tensor& to, cudaStream_t st) {
@@ -527,5 +612,53 @@ void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, co
   } else {
     if (exp_euler) launch<false, true>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
     else launch<false, false>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
+  }
+}
+
+// @xk lif_shard_step arg arg arg arg arg arg arg arg arg arg arg ret ret ret ret ret ret attr.block:int64 attr.exc_per_block:int64 attr.conductance:bool attr.exp_euler:bool attr.decay:bool stream
+void lif_shard_step(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, const xk::Tensor ref0,
+                    const xk::Tensor count0, const xk::Tensor spikes, const xk::Tensor idx_e, const xk::Tensor w_e,
+                    const xk::Tensor idx_i, const xk::Tensor w_i, const xk::Tensor params, xk::Tensor v,
+                    xk::Tensor ge, xk::Tensor gi, xk::Tensor ref, xk::Tensor count, xk::Tensor spikes_out,
+                    int64_t block, int64_t exc_per_block, bool conductance, bool exp_euler, bool decay,
+                    int64_t stream) {
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  const Blocks bl{block, exc_per_block};
+  check_shard_args(v0, ge0, gi0, ref0, count0, spikes, idx_e, w_e, idx_i, w_i, params, spikes_out, bl);
+  const int64_t n = v.numel();
+  XK_CHECK(n < (int64_t(1) << 31) - 8) << "the GPU kernels index a shard's neurons with int32: at most 2^31 - 9";
+  copy_if_distinct(v0, v, st);
+  copy_if_distinct(ge0, ge, st);
+  copy_if_distinct(gi0, gi, st);
+  copy_if_distinct(ref0, ref, st);
+  copy_if_distinct(count0, count, st);
+  if (n == 0) return;
+  int dev = 0, sms = 0;
+  XK_CUDA_CHECK(cudaStreamGetDevice(st, &dev));
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const Conn ce = conn_of(idx_e, w_e), ci = conn_of(idx_i, w_i);
+  const int64_t words = spikes.numel(), words_local = spikes_out.numel();
+  const int64_t want = (words + 255) / 256;  // a warp per 32 words, 8 warps a block
+  const int blocks = int(want < 16 * int64_t(sms) ? (want > 0 ? want : 1) : 16 * int64_t(sms));
+  const uint32_t* sp = spikes.data_ptr<uint32_t>();
+  float *pge = ge.data_ptr<float>(), *pgi = gi.data_ptr<float>();
+  if ((ce.k > ci.k ? ce.k : ci.k) <= 64)
+    shard_deliver_kernel<2><<<blocks, 256, 0, st>>>(sp, words, words_local, n, bl, ce, ci, pge, pgi);
+  else
+    shard_deliver_kernel<4><<<blocks, 256, 0, st>>>(sp, words, words_local, n, bl, ce, ci, pge, pgi);
+  XK_CHECK_LAUNCH();
+  bool vec = true;
+  for (const void* ptr : {v.data_ptr(), ge.data_ptr(), gi.data_ptr(), ref.data_ptr()})
+    vec = vec && reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+  auto go = [&](auto fn) {
+    fn(v.data_ptr<float>(), pge, pgi, ref.data_ptr<float>(), count.data_ptr<int32_t>(),
+       spikes_out.data_ptr<uint32_t>(), params.data_ptr<float>(), n, decay, vec, sms, st);
+  };
+  if (conductance) {
+    if (exp_euler) go(launch_shard_update<true, true>);
+    else go(launch_shard_update<true, false>);
+  } else {
+    if (exp_euler) go(launch_shard_update<false, true>);
+    else go(launch_shard_update<false, false>);
   }
 }
