@@ -3,7 +3,9 @@
 One GPU: ``examples/brette2007.py``'s ``coba_scaled`` model, the same code with
 ``import xlakern as brainevent`` and with ``import brainevent`` (BrainEvent 0.3.0, when it is
 installed), at N = 4k, 40k, 400k, 4M. Several GPUs: ``examples/coba_spmd.py`` (``shard_map``
-over a Mesh, one bit-packed all_gather a step) on 1 and on every visible GPU, at 4M and 16M.
+over a Mesh, one bit-packed all_gather a step), on event operators and fused (``--fused``:
+``run_lif_network_sharded``), on 1 and on every visible GPU, at 4M and 16M, beside the best
+one-GPU path (``run_lif_network`` on ``brette2007.py``'s same model) at those sizes.
 Each figure: one timed run of ``--duration`` ms simulated, after a warm-up run of the same
 compiled loop. Graph mode (``xlakern.config.enable_cuda_graph_loops()``) is set per process
 with ``--graph``.
@@ -48,7 +50,7 @@ def child(args) -> None:
         import coba_spmd
 
         devices = jax.devices()[: args.devices]
-        run = coba_spmd.simulator(lib, args.n, steps, devices, 0)
+        run = coba_spmd.simulator(lib, args.n, steps, devices, 0, fused=args.fused)
         go = run
         n_dev = len(devices)
     t0 = time.perf_counter()
@@ -102,6 +104,11 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10000.0, help="simulated ms per timed run")
     ap.add_argument("--single", default="4000,40000,400000,4000000")
     ap.add_argument("--multi", default="4000000,16000000")
+    ap.add_argument("--multi-variants", default="ops,fused", help="coba_spmd.py columns: ops, fused")
+    ap.add_argument("--multi-graph", action="store_true", help="run coba_spmd.py's loops as CUDA graphs")
+    ap.add_argument("--multi-best", action="store_true", default=True,
+                    help="also run_lif_network on one GPU at the --multi sizes (the best one-GPU path)")
+    ap.add_argument("--no-multi-best", dest="multi_best", action="store_false")
     ap.add_argument("--be-duration", type=float, default=None, help="simulated ms for BrainEvent (default: --duration)")
     ap.add_argument("--timeout", type=int, default=400)
     ap.add_argument("--json")
@@ -130,9 +137,14 @@ def main() -> None:
             results.append(spawn("single", lib, n, dur, graph, 1, args.timeout, fused))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     for n in [int(x) for x in args.multi.split(",") if x]:
-        for devs in sorted({1, n_gpus}):
-            results.append(spawn("multi", "xlakern", n, args.duration, True, devs, args.timeout))
+        if args.multi_best and n not in [int(x) for x in args.single.split(",") if x]:
+            results.append(spawn("single", "xlakern", n, args.duration, False, 1, args.timeout, True))
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+        for variant in [v for v in args.multi_variants.split(",") if v]:
+            for devs in sorted({1, n_gpus}):
+                results.append(spawn("multi", "xlakern", n, args.duration, args.multi_graph, devs, args.timeout,
+                                     variant == "fused"))
+                print(json.dumps(results[-1]), file=sys.stderr, flush=True)
 
     def find(**kw):
         return next((r for r in results if all(r.get(k) == v for k, v in kw.items())), None)
@@ -155,15 +167,27 @@ def main() -> None:
               f"{cell(f)} | {ratio(b, f)} |")
     multi = [int(x) for x in args.multi.split(",") if x]
     if multi:
-        print(f"\n## Across GPUs (`examples/coba_spmd.py`, graph loops): wall time per simulated second\n")
-        print("| N | 1 GPU | " + (f"{n_gpus} GPUs | speed-up |" if n_gpus > 1 else "") )
-        print("|---|---|" + ("---|---|" if n_gpus > 1 else ""))
+        print(f"\n## Across GPUs (`examples/coba_spmd.py`{', graph loops' if args.multi_graph else ''}): wall time per "
+              f"simulated second\n")
+        head, rule = "| N | best 1-GPU path (`run_lif_network`) |", "|---|---|"
+        for variant in [v for v in args.multi_variants.split(",") if v]:
+            head += f" {variant}, 1 GPU |" + (f" {variant}, {n_gpus} GPUs | speed-up | vs best 1-GPU |" if n_gpus > 1 else "")
+            rule += "---|" + ("---|---|---|" if n_gpus > 1 else "")
+        print(head)
+        print(rule)
+
+        def speedup(a, b):
+            return f"{a['rtf'] / b['rtf']:.2f}x" if (a and b and "rtf" in a and "rtf" in b) else ""
+
         for n in multi:
-            one, many = find(kind="multi", n=n, devices=1), find(kind="multi", n=n, devices=n_gpus)
-            row = f"| {n:,} | {cell(one)} |"
-            if n_gpus > 1:
-                sp = f"{one['rtf'] / many['rtf']:.2f}x" if (one and many and 'rtf' in one and 'rtf' in many) else ""
-                row += f" {cell(many)} | {sp} |"
+            best = find(kind="single", lib="xlakern", n=n, fused=True)
+            row = f"| {n:,} | {cell(best)} |"
+            for variant in [v for v in args.multi_variants.split(",") if v]:
+                one = find(kind="multi", n=n, devices=1, fused=variant == "fused")
+                many = find(kind="multi", n=n, devices=n_gpus, fused=variant == "fused")
+                row += f" {cell(one)} |"
+                if n_gpus > 1:
+                    row += f" {cell(many)} | {speedup(one, many)} | {speedup(best, many)} |"
             print(row)
     print(f"\n_Total: {time.time() - t0:.0f} s_")
     if args.json:

@@ -46,6 +46,16 @@ def test_bench_network_runs(tmp_path):
     assert {r.get("fused") for r in rows} == {False, True} and all("rtf" in r for r in rows)
 
 
+def test_bench_network_multi_runs(tmp_path):
+    js = tmp_path / "multi.json"
+    text = _run(["bench/bench_network.py", "--single=", "--multi", "1280", "--duration", "20", "--skip-brainevent",
+                 "--json", str(js)], tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| 1,280 |"))
+    assert row.count("Hz") == 3  # the best one-device path, coba_spmd on operators and fused
+    rows = json.loads(js.read_text())
+    assert {(r["kind"], r["fused"]) for r in rows} == {("single", True), ("multi", False), ("multi", True)}
+
+
 def test_bench_lif_modes_runs(tmp_path):
     text = _run(["bench/bench_lif_modes.py", "--sizes", "800", "--modes", "auto,block", "--steps", "50", "--runs", "1"],
                 tmp_path)
