@@ -164,6 +164,8 @@ def test_bad_arguments_raise_xlakern_errors(rng):
         run_lif_network_sharded(st, ce, ci, p, -2, block=64)
     with pytest.raises(xlakern.XlakernError, match="underflows"):
         run_lif_network_sharded(st, ce, ci, LIFParams(dt=200.0, tau_e=0.1), 1, block=64)
+    with pytest.raises(xlakern.XlakernError, match="at least one neuron"):
+        run_lif_network_sharded({k: x[:0] for k, x in st.items()}, ce, ci, p, 1)
     same, count = run_lif_network_sharded(st, ce, ci, p, 0, block=64)
     np.testing.assert_array_equal(np.asarray(same["v"]), np.asarray(st["v"]))
     assert not np.asarray(count).any()

@@ -248,7 +248,7 @@ def _population(name: str, conn, n: int):
 
 
 def _checked_call(state, params, steps, fn: str):
-    """(kind of ``state``, its five arrays as float32/bool) after the checks both simulators share."""
+    """(kind of ``state``, its five (n,) arrays as float32/bool) after the checks both simulators share."""
     if isinstance(state, Mapping):
         kind, fields = dict, [state[k] for k in LIFState._fields]
     elif isinstance(state, LIFState):
@@ -267,6 +267,11 @@ def _checked_call(state, params, steps, fn: str):
             raise EventUnitError(f"{fn}: state.{name} carries the unit {unit}; pass plain numbers (mV, ms) as "
                                  f"LIFParams documents")
         arrays.append(jnp.asarray(x).astype(bool if name == "spk" else jnp.float32))
+    n = arrays[0].shape[0] if arrays[0].ndim == 1 else None
+    for name, x in zip(LIFState._fields, arrays):
+        if x.ndim != 1 or x.shape[0] != n:
+            raise EventShapeError(f"{fn}: state.{name} has shape {tuple(x.shape)}; expected (n,) like state.v "
+                                  f"(one value per neuron)")
     return kind, arrays
 
 
@@ -302,14 +307,7 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
     kind, arrays = _checked_call(state, params, steps, "run_lif_network")
     if gpu_mode not in _GPU_MODES:
         raise EventShapeError(f"run_lif_network: gpu_mode={gpu_mode!r}; expected one of {sorted(_GPU_MODES)}")
-    for name, x in zip(LIFState._fields, arrays):
-        if x.ndim != 1:
-            raise EventShapeError(f"run_lif_network: state.{name} has shape {tuple(x.shape)}; expected (n,)")
     n = arrays[0].shape[0]
-    for name, x in zip(LIFState._fields, arrays):
-        if x.shape != (n,):
-            raise EventShapeError(f"run_lif_network: state.{name} has shape {tuple(x.shape)}; expected ({n},) "
-                                  f"like state.v")
     if gpu_mode == "block" and n > BLOCK_MODE_MAX_NEURONS:
         raise EventShapeError(f"run_lif_network: gpu_mode='block' runs up to {BLOCK_MODE_MAX_NEURONS} neurons in one "
                               f"thread block; this network has {n}: use 'grid', 'stream' or 'auto'")

@@ -47,19 +47,19 @@ def reference_shard_step(v, ge, gi, ref, count, spikes, idx_e, w_e, idx_i, w_i, 
     words_local = (n + 31) // 32
     shards = spikes.shape[0] // words_local
     spk = jax.vmap(lambda w: unpack_spikes(w, n))(spikes.reshape(shards, words_local)).reshape(-1, block)
-    for (idx, w, rows, g) in ((idx_e, w_e, spk[:, :exc_per_block], 0), (idx_i, w_i, spk[:, exc_per_block:], 1)):
-        rows = rows.reshape(-1)
+
+    def add_rows(g, idx, w, rows):
+        """g plus the weights of the active rows, added straight into it in row order (as the C++ kernel)."""
         if idx.size == 0:
-            continue
+            return g
         wfull = jnp.broadcast_to(w.reshape(()) if w.size == 1 else w.reshape(idx.shape), idx.shape)
-        contrib = jnp.where(rows[:, None], wfull, jnp.float32(0)).reshape(-1)
+        contrib = jnp.where(rows.reshape(-1)[:, None], wfull, jnp.float32(0)).reshape(-1)
         flat = idx.reshape(-1)
-        # added straight into the conductance, in row order, as the C++ kernel does
-        target = jnp.where((flat >= 0) & (flat < n) & (contrib != 0), flat, n)
-        if g == 0:
-            ge = ge.at[target].add(contrib, mode="drop")
-        else:
-            gi = gi.at[target].add(contrib, mode="drop")
+        target = jnp.where((flat >= 0) & (flat < n) & (contrib != 0), flat, n)  # n: dropped
+        return g.at[target].add(contrib, mode="drop")
+
+    ge = add_rows(ge, idx_e, w_e, spk[:, :exc_per_block])
+    gi = add_rows(gi, idx_i, w_i, spk[:, exc_per_block:])
     v, ref, fired = membrane(v, ref, ge, gi, params, conductance=conductance, exp_euler=exp_euler)
     if decay:
         ge, gi = ge * params[0], gi * params[1]
@@ -152,11 +152,9 @@ def run_lif_network_sharded(state, conn_exc, conn_inh, params: LIFParams, steps:
             return state.v, counts
     """
     kind, arrays = _checked_call(state, params, steps, "run_lif_network_sharded")
-    n = arrays[0].shape[0] if arrays[0].ndim == 1 else -1
-    for name, x in zip(LIFState._fields, arrays):
-        if x.ndim != 1 or x.shape[0] != n or n == 0:
-            raise EventShapeError(f"run_lif_network_sharded: state.{name} has shape {tuple(x.shape)}; expected "
-                                  f"(n_local,) like state.v, with at least one neuron a shard")
+    n = arrays[0].shape[0]
+    if n == 0:
+        raise EventShapeError("run_lif_network_sharded: state.v is empty; every shard needs at least one neuron")
     idx_e, w_e = _population("conn_exc", conn_exc, n)
     idx_i, w_i = _population("conn_inh", conn_inh, n)
     shards = _axis_size(axis_name)
