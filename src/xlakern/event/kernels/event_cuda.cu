@@ -3,8 +3,9 @@
 //
 //   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced,
 //                   test the spike, read the weight only for active spikes, warp-reduce.
-//   sparse scatter  one warp per 32 rows: lanes read 32 spikes coalesced, a ballot names the
-//                   active rows, then the whole warp walks each active row's synapses and
+//   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
+//                   lanes read the spikes coalesced, a ballot names the active rows, then the
+//                   whole warp walks each active row's synapses, 128 loads in flight a round, and
 //                   atomically adds into out (inactive rows cost one coalesced read).
 //   dense gather    one warp per (row, batch column), skipping inactive columns.
 //   dense scatter   one thread per output column; each block compacts the active rows of a
@@ -65,21 +66,26 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
   }
 }
 
+// rows_per_warp (a power of two, at most 32) is chosen by the host: 32 on large matrices, where one
+// coalesced read of 32 spikes a warp is what keeps inactive rows cheap; fewer where that would leave
+// the GPU with too few warps and each warp walking several active rows one after another.
 template <typename W, typename I, typename S, bool Binary>
 __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
     const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
     typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse,
-    int64_t nconn, bool homo, SpikeRule<S, Binary> rule) {
+    int64_t nconn, bool homo, SpikeRule<S, Binary> rule, int rows_per_warp) {
   using A = typename AccOf<W>::type;
-  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * 32;
+  constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
+  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
   const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
   const A w0 = homo ? A(widen(data[0])) : A(0);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     const int64_t mine = first_row + lane;
+    const bool mine_ok = lane < rows_per_warp && mine < nrows;
     S s = S(0);
-    if (mine < nrows) s = spk[mine * batch + b];
-    const bool on = mine < nrows && rule.active(s);
+    if (mine_ok) s = spk[mine * batch + b];
+    const bool on = mine_ok && rule.active(s);
     unsigned pending = __ballot_sync(0xffffffffu, on);
     while (pending) {
       const int src = __ffs(pending) - 1;
@@ -88,10 +94,19 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
       const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
       int64_t begin, end;
       row_range(indptr, nconn, nse, r, begin, end);
-      for (int64_t p = begin + lane; p < end; p += 32) {
-        const int64_t j = int64_t(idx[p]);
-        if (uint64_t(j) >= uint64_t(ncols)) continue;
-        atomicAdd(out + j * batch + b, (homo ? w0 : A(widen(data[p]))) * v);
+      for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
+        // every load of the round first, so a row costs one memory latency a round, not one a synapse
+        int64_t j[U];
+        A wv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t p = p0 + u * 32 + lane;
+          j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
+          wv[u] = homo ? w0 : (p < end ? A(widen(data[p])) : A(0));
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (uint64_t(j[u]) < uint64_t(ncols)) atomicAdd(out + j[u] * batch + b, wv[u] * v);  // else dropped
       }
     }
   }
@@ -179,7 +194,18 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
   if (out.numel() == 0) return;
   if (transpose) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
   if (nrows == 0) return;
-  const int64_t warps = transpose ? (nrows + 31) / 32 : nrows;
+  int rows_per_warp = 1;
+  if (transpose) {
+    int dev = 0, sms = 0;
+    // the calling thread's device is the stream's (XLA sets it); cudaStreamGetDevice is refused
+    // while XLA captures the stream into a CUDA graph
+    XK_CUDA_CHECK(cudaGetDevice(&dev));
+    XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    // as many rows a warp as still leaves about 48 warps an SM (a full H100 holds 64)
+    const int64_t want_warps = int64_t(sms) * 48, spread = nrows * int64_t(grid_y(batch));
+    while (rows_per_warp < 32 && spread / (2 * rows_per_warp) >= want_warps) rows_per_warp *= 2;
+  }
+  const int64_t warps = (nrows + rows_per_warp - 1) / rows_per_warp;
   const dim3 grid(grid_for_warps(warps), grid_y(batch));
   dispatch_weights(data.dtype(), [&](auto wt) {
     using W = typename decltype(wt)::type;
@@ -192,7 +218,7 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
         if (transpose)
           sparse_scatter_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
                                                            spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
-                                                           batch, nse, nconn, homo, rule);
+                                                           batch, nse, nconn, homo, rule, rows_per_warp);
         else
           sparse_gather_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
                                                           spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
