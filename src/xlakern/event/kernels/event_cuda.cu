@@ -2,7 +2,8 @@
 // orientation convention, output dtypes and out-of-range policy; see that file's header).
 //
 //   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced,
-//                   test the spike, read the weight only for active spikes, warp-reduce.
+//                   test the spike, read the weight only for active spikes, warp-reduce. Binary
+//                   spikes of an mv that fit in shared memory as bits are tested there instead.
 //   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
 //                   lanes read the spikes coalesced, a ballot names the active rows, then the
 //                   whole warp walks each active row's synapses, 128 loads in flight a round, and
@@ -64,6 +65,87 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
     acc = warp_sum(acc);
     if (lane == 0) out[r * batch + b] = acc;
   }
+}
+
+// Binary gather when the spike vector fits in shared memory as bits: every block packs the spikes
+// into a bitmask once (a thread per 32 columns), then its warps walk rows, a warp per row, testing
+// each synapse's column in shared memory. The random spike reads of the plain gather (a 32-byte L2
+// sector for each synapse's one-byte spike) become shared-memory reads, and a row's index loads are
+// issued four a lane before their tests.
+constexpr int kBitsThreads = 1024;
+
+template <typename S>
+__device__ __forceinline__ uint32_t spike_word(const S* spk, int64_t c0, int64_t ncols, SpikeRule<S, true> rule) {
+  uint32_t word = 0u;
+  if (sizeof(S) == 1 && c0 + 32 <= ncols && reinterpret_cast<uintptr_t>(spk + c0) % 16 == 0) {
+    const uint4 a = *reinterpret_cast<const uint4*>(spk + c0), b = *reinterpret_cast<const uint4*>(spk + c0 + 16);
+    const uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) word |= uint32_t(((v[i >> 2] >> (8 * (i & 3))) & 0xffu) != 0u) << i;
+    return word;
+  }
+  for (int i = 0; i < 32 && c0 + i < ncols; ++i) word |= uint32_t(rule.active(spk[c0 + i])) << i;
+  return word;
+}
+
+template <typename W, typename I, typename S>
+__global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
+    const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
+    typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
+    SpikeRule<S, true> rule) {
+  using A = typename AccOf<W>::type;
+  constexpr int U = 4;
+  extern __shared__ uint32_t bits[];
+  const int64_t words = (ncols + 31) / 32;
+  for (int64_t w = threadIdx.x; w < words; w += blockDim.x) bits[w] = spike_word(spk, w * 32, ncols, rule);
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  const A w0 = homo ? A(widen(data[0])) : A(0);
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); r < nrows; r += warps) {
+    int64_t begin, end;
+    row_range(indptr, nconn, nse, r, begin, end);
+    A acc = A(0);
+    for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
+      int64_t j[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t p = p0 + u * 32 + lane;
+        j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (uint64_t(j[u]) >= uint64_t(ncols)) continue;  // out of range: dropped
+        if ((bits[j[u] >> 5] >> (j[u] & 31)) & 1u) acc += homo ? w0 : A(widen(data[p0 + u * 32 + lane]));
+      }
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) out[r] = acc;
+  }
+}
+
+// Launches bitmask_gather_kernel when the bitmask fits this GPU's shared memory; false otherwise
+// (the caller then runs the plain gather).
+template <typename W, typename I, typename S>
+bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
+                           int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
+                           SpikeRule<S, true> rule, cudaStream_t st) {
+  int dev = 0, sms = 0, optin = 0;
+  XK_CUDA_CHECK(cudaGetDevice(&dev));  // (cudaStreamGetDevice is refused while XLA captures a graph)
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int64_t smem = (ncols + 31) / 32 * 4;
+  if (smem + 1024 > optin) return false;
+  auto* k = bitmask_gather_kernel<W, I, S>;
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+    (void)cudaGetLastError();  // not allowed here: clear it and take the plain gather
+    return false;
+  }
+  // one block an SM: each block packs the whole bitmask, so more blocks would re-read the spikes
+  const int64_t want = (nrows + 31) / 32;
+  const int blocks = int(want < sms ? (want > 0 ? want : 1) : sms);
+  k<<<blocks, kBitsThreads, size_t(smem), st>>>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule);
+  return true;
 }
 
 // rows_per_warp (a power of two, at most 32) is chosen by the host: 32 on large matrices, where one
@@ -177,6 +259,17 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
   }
 }
 
+// The bitmask gather serves binary spikes, one column of them (mv); the others take the plain one.
+template <typename W, typename I, typename S, bool Binary>
+bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
+                       int64_t nrows, int64_t ncols, int64_t batch, int64_t nse, int64_t nconn, bool homo,
+                       SpikeRule<S, Binary> rule, cudaStream_t st) {
+  if constexpr (Binary) {
+    if (batch == 1) return launch_bitmask_gather(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule, st);
+  }
+  return false;
+}
+
 // Blocks along y cover batch columns (the kernels stride over the rest).
 unsigned grid_y(int64_t batch) { return unsigned(batch < 65535 ? batch : 65535); }
 unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
@@ -219,7 +312,8 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
           sparse_scatter_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
                                                            spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
                                                            batch, nse, nconn, homo, rule, rows_per_warp);
-        else
+        else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
+                                    out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule, st))
           sparse_gather_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
                                                           spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
                                                           batch, nse, nconn, homo, rule);
