@@ -114,14 +114,15 @@ def test_batch_wider_than_one_grid_dimension(rng):
 
 # ----------------------------------------------------------------------------- JITC
 
-# (shape, prob): ~500 synapses a row (16 rounds of a warp); ~40 (the gather's 8-lane groups); a third
-# of the rows with no synapse; 7 columns (every row ends in the first round); four rows in five
-# with no synapse. No width is a multiple of 32.
+# (shape, prob): ~500 synapses a row (the scatter draws 4 rounds of a warp at once); ~40 (the gather's
+# 8-lane groups); a third of the rows with no synapse; 7 columns (every row ends in the first round);
+# four rows in five with no synapse; more rows than the mv gather's resident blocks take at once (they
+# stride over the rows). No width is a multiple of 32.
 JITC_GPU_CASES = [((1001, 999), 0.5), ((1001, 999), 0.04), ((1001, 999), 0.001), ((45, 7), 0.5),
-                  ((2000, 100), 0.002)]
+                  ((2000, 100), 0.002), ((40000, 300), 0.05)]
 
 
-@pytest.mark.parametrize("letter", "un")
+@pytest.mark.parametrize("letter", "sun")
 @pytest.mark.parametrize("shape,prob", JITC_GPU_CASES)
 @pytest.mark.parametrize("x64", [False, True])
 def test_jitc_gpu_scatter_and_gather_multiply_by_the_materialised_matrix(letter, shape, prob, x64, monkeypatch):
@@ -132,7 +133,7 @@ def test_jitc_gpu_scatter_and_gather_multiply_by_the_materialised_matrix(letter,
     seed = int(rng.integers(0, 2**31))
     dtype = np.float64 if x64 else np.float32
     tol = dict(rtol=1e-11, atol=1e-11) if x64 else dict(rtol=1e-5, atol=1e-4)
-    ws = tuple(dtype(a) for a in {"u": (-0.2, 0.7), "n": (0.1, 0.3)}[letter])
+    ws = tuple(dtype(a) for a in {"s": (-0.4,), "u": (-0.2, 0.7), "n": (0.1, 0.3)}[letter])
     with jax.enable_x64(x64):
         with jax.default_device(cpu):
             m = np.asarray(getattr(xlakern, "jit" + letter)(*ws, prob, seed, shape=shape))

@@ -42,6 +42,24 @@ XK_HOST_DEVICE inline void row_range(const I* indptr, int64_t nconn, int64_t nse
   end = e < begin ? begin : (e > nse ? nse : e);
 }
 
+#ifdef __CUDACC__
+// The 32 binary spikes of columns [c0, c0 + 32) (fewer at the end) as one word of bits: a one-byte
+// spike vector is read 32 bytes at a time when aligned.
+template <typename S>
+__device__ __forceinline__ uint32_t spike_word(const S* spk, int64_t c0, int64_t ncols, SpikeRule<S, true> rule) {
+  uint32_t word = 0u;
+  if (sizeof(S) == 1 && c0 + 32 <= ncols && reinterpret_cast<uintptr_t>(spk + c0) % 16 == 0) {
+    const uint4 a = *reinterpret_cast<const uint4*>(spk + c0), b = *reinterpret_cast<const uint4*>(spk + c0 + 16);
+    const uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) word |= uint32_t(((v[i >> 2] >> (8 * (i & 3))) & 0xffu) != 0u) << i;
+    return word;
+  }
+  for (int i = 0; i < 32 && c0 + i < ncols; ++i) word |= uint32_t(rule.active(spk[c0 + i])) << i;
+  return word;
+}
+#endif
+
 inline DType acc_dtype(DType w) { return w == DType::Float64 ? DType::Float64 : DType::Float32; }
 inline int64_t batch_of(const xk::Tensor& spikes) { return spikes.ndim() == 2 ? spikes.shape(1) : 1; }
 

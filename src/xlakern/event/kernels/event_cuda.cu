@@ -74,20 +74,6 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
 // issued four a lane before their tests.
 constexpr int kBitsThreads = 1024;
 
-template <typename S>
-__device__ __forceinline__ uint32_t spike_word(const S* spk, int64_t c0, int64_t ncols, SpikeRule<S, true> rule) {
-  uint32_t word = 0u;
-  if (sizeof(S) == 1 && c0 + 32 <= ncols && reinterpret_cast<uintptr_t>(spk + c0) % 16 == 0) {
-    const uint4 a = *reinterpret_cast<const uint4*>(spk + c0), b = *reinterpret_cast<const uint4*>(spk + c0 + 16);
-    const uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int i = 0; i < 32; ++i) word |= uint32_t(((v[i >> 2] >> (8 * (i & 3))) & 0xffu) != 0u) << i;
-    return word;
-  }
-  for (int i = 0; i < 32 && c0 + i < ncols; ++i) word |= uint32_t(rule.active(spk[c0 + i])) << i;
-  return word;
-}
-
 template <typename W, typename I, typename S>
 __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
     const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,

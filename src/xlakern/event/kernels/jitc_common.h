@@ -19,6 +19,10 @@ namespace xk_jitc {
 
 enum Kind : int64_t { kScalar = 0, kUniform = 1, kNormal = 2 };
 
+// Longest skip table the kernels take (Python's tables stop there too: MAX_SKIP_TABLE in
+// _jitc_kernels.py). Counts along the table fit an int32, and so does a GPU warp's scan of 32 skips.
+constexpr int64_t kMaxSkipTable = int64_t(1) << 25;
+
 XK_HOST_DEVICE inline uint32_t mix32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
@@ -38,15 +42,28 @@ XK_HOST_DEVICE inline uint32_t draw(uint32_t key, uint32_t k) {
 
 // 1 + the number of table entries above h (table ascending, length n), found from a logarithm
 // estimate corrected by stepping along the table: the table alone decides the result (so it is
-// exact whatever the platform's log does), and the estimate makes it one or two loads instead of
-// a binary search. inv_log_keep = 1 / ln(1 - p) (see row_walk).
-XK_HOST_DEVICE inline int64_t skip_of(uint32_t h, const uint32_t* table, int64_t n, float inv_log_keep) {
+// exact whatever the platform's log does), and the estimate makes it two loads, issued together,
+// instead of a binary search. inv_log_keep = 1 / ln(1 - p) (see for_each_synapse). `table` is a
+// pointer, or anything indexable like one (the GPU's view with a part in shared memory).
+template <typename Table>
+XK_HOST_DEVICE inline int64_t skip_of(uint32_t h, const Table& table, int64_t n, float inv_log_keep) {
   if (n == 0) return 1;
-  // T_k = floor(2^32 (1-p)^k) = table[n - k]; count = max k with T_k > h
+  // T_k = floor(2^32 (1-p)^k) = table[n - k], non-increasing in k; count = max k with T_k > h,
+  // the one c with T_c > h (or c = 0) and T_{c+1} <= h (or c = n)
+  // (n <= 2^25, MAX_SKIP_TABLE, so the counts fit an int; the GPU's fast log is close enough for
+  // an estimate, which only decides where the exact comparisons start)
+#ifdef __CUDA_ARCH__
+  const float est = __logf((float(h) + 0.5f) * 2.3283064365386963e-10f) * inv_log_keep;
+#else
   const float est = logf((float(h) + 0.5f) * 2.3283064365386963e-10f) * inv_log_keep;
-  int64_t c = est <= 0.f ? 0 : (est >= float(n) ? n : int64_t(est));
-  while (c < n && table[n - c - 1] > h) ++c;
-  while (c > 0 && table[n - c] <= h) --c;
+#endif
+  const int32_t m = int32_t(n);
+  int32_t c = est <= 0.f ? 0 : (est >= float(m) ? m : int32_t(est));
+  const bool next_low = c == m || table[m - c - 1] <= h;
+  const bool this_high = c == 0 || table[m - c] > h;
+  if (next_low && this_high) return 1 + c;  // the estimate was right (almost always)
+  while (c < m && table[m - c - 1] > h) ++c;
+  while (c > 0 && table[m - c] <= h) --c;
   return 1 + c;
 }
 

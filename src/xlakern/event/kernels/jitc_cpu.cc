@@ -64,6 +64,8 @@ void check_common(const xk::Tensor& params, const xk::Tensor& seed, const xk::Te
   XK_CHECK(params.numel() == 2) << "params must hold (a, b)";
   XK_CHECK(seed.numel() == 1 && seed.dtype() == DType::UInt32) << "seed must be one uint32";
   XK_CHECK(table.dtype() == DType::UInt32) << "skip table must be uint32";
+  XK_CHECK(table.numel() <= kMaxSkipTable)
+      << "skip table longer than " << kMaxSkipTable << " entries (prob too small)";
   XK_CHECK(kind != kNormal || qtable.numel() == 65537) << "normal quantile table must have 65537 entries";
   XK_CHECK(qtable.dtype() == params.dtype()) << "quantile table dtype must match params";
 }

@@ -15,6 +15,7 @@
 //   dense    one thread per generated row writes its row of G (the row is zeroed first).
 
 #include <cuda_runtime.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -30,9 +31,6 @@ using namespace xk_jitc;
 constexpr int kThreads = 128;
 constexpr int kChunk = 8;  // batch columns one thread carries in registers
 constexpr unsigned kFullWarp = 0xffffffffu;
-// Longest skip table the kernels take: a group's scan of 32 skips (each at most ntable + 1) must
-// fit an int32. Python's tables stop at 2^25 entries (MAX_SKIP_TABLE in _jitc_kernels.py).
-constexpr int64_t kMaxSkipTable = int64_t(1) << 25;
 
 // The seed may be traced, so it lives on the device: each thread reads it (one cached load)
 // rather than the host copying it back, which would synchronise the stream.
@@ -55,30 +53,73 @@ struct Lanes {
   }
 };
 
+// The skip table as the GPU kernels read it: entries [lo, n) (the short skips, where most draws
+// land) from a copy in shared memory, the rest from global memory. A warp's 32 look-ups at scattered
+// entries cost a few bank conflicts in shared memory, against one L1 wavefront per cache line in global.
+struct TableView {
+  const uint32_t* global;
+  const uint32_t* shared;
+  int64_t lo;
+  __device__ uint32_t operator[](int64_t i) const { return i >= lo ? shared[i - lo] : global[i]; }
+};
+
+// Copies the table's last `cached` entries into shared memory (the whole block must call this).
+__device__ inline TableView cache_table(const Gen& g, uint32_t* shared, int64_t cached) {
+  const int64_t lo = g.ntable - cached;
+  for (int64_t i = threadIdx.x; i < cached; i += blockDim.x) shared[i] = g.table[lo + i];
+  return TableView{g.table, shared, lo};
+}
+
+// A synapse's weight: the scalar kind's is one value for every synapse, computed once and with no
+// weight draw (a branch the whole warp takes the same way); the others draw h2 = draw(key, 2k + 1).
+template <typename A>
+struct Weights {
+  A a, b, w_scalar;
+  int64_t kind;
+  const A* q;
+  __device__ Weights(const A* params, int64_t kind_, const A* q_)
+      : a(params[0]), b(params[1]), w_scalar(weight_of(a, b, kScalar, 0u, q_)), kind(kind_), q(q_) {}
+  __device__ A of(uint32_t key, uint32_t k) const {
+    return kind == kScalar ? w_scalar : weight_of(a, b, kind, draw(key, 2u * k + 1u), q);
+  }
+};
+
 // for_each_synapse, walked by G lanes: round t covers draws k = t G + sub. A lane's column is the
 // previous round's last column plus the inclusive scan of the round's skips, the same int64 sums
 // the one-thread walk makes. Columns grow with the lane, so the lanes at gcols or past it are the
 // round's last ones; they are dropped and the walk ends after that round. f(col, w) is called by
-// the lane that holds the synapse. Every lane of `lanes` must call this (it synchronises them).
-template <int G, typename A, typename F>
-__device__ inline void walk_row(Lanes<G> lanes, uint32_t seed, int64_t r, int64_t gcols, const uint32_t* table,
-                                int64_t ntable, float inv_log_keep, int64_t kind, A a, A b, const A* q, F&& f) {
+// the lane that holds the synapse, in the order of its draws. U rounds are drawn and scanned
+// together: their hashes, table look-ups and shuffles are independent, so a row with few warps on
+// it costs one memory latency per U rounds (at the price of up to U G - 1 draws past the row's end).
+// Every lane of `lanes` must call this (it synchronises them).
+template <int G, int U, typename Table, typename Wt, typename F>
+__device__ inline void walk_row(Lanes<G> lanes, uint32_t seed, int64_t r, int64_t gcols, const Table& table,
+                                int64_t ntable, float inv_log_keep, const Wt& wt, F&& f) {
   const uint32_t key = row_key(seed, uint32_t(r));
   int64_t base = -1;  // the column of the previous round's last draw (-1 before the first)
-  for (uint32_t k0 = 0;; k0 += uint32_t(G)) {
-    const uint32_t k = k0 + uint32_t(lanes.sub);
+  for (uint32_t k0 = 0;; k0 += uint32_t(U * G)) {
     // at most 32 (kMaxSkipTable + 1) < 2^31: the scan cannot overflow
-    int32_t prefix = int32_t(skip_of(draw(key, 2u * k), table, ntable, inv_log_keep));
+    int32_t prefix[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      prefix[u] = int32_t(skip_of(draw(key, 2u * (k0 + uint32_t(u * G + lanes.sub))), table, ntable, inv_log_keep));
 #pragma unroll
     for (int d = 1; d < G; d <<= 1) {
-      const int32_t below = __shfl_up_sync(lanes.mask, prefix, unsigned(d), G);
-      if (lanes.sub >= d) prefix += below;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int32_t below = __shfl_up_sync(lanes.mask, prefix[u], unsigned(d), G);
+        if (lanes.sub >= d) prefix[u] += below;
+      }
     }
-    const int64_t col = base + prefix;
-    const bool inside = col < gcols;
-    if (inside) f(col, weight_of(a, b, kind, draw(key, 2u * k + 1u), q));
+    bool inside = true;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t col = base + prefix[u];
+      inside = col < gcols;  // false from the round that passes gcols on (columns only grow)
+      if (inside) f(col, wt.of(key, k0 + uint32_t(u * G + lanes.sub)));
+      base += __shfl_sync(lanes.mask, prefix[u], G - 1, G);
+    }
     if (!__all_sync(lanes.mask, inside)) return;
-    base += __shfl_sync(lanes.mask, prefix, G - 1, G);
   }
 }
 
@@ -94,13 +135,13 @@ __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, 
   A acc[kChunk];
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) acc[j] = A(0);
-  walk_row(lanes, *g.seed, r, g.gcols, g.table, g.ntable, inv_log_keep_of(g.table, g.ntable), g.kind, params[0],
-           params[1], q, [&](int64_t c, A w) {
-             const S* s = spk + c * batch + j0;
+  walk_row<G, 1>(lanes, *g.seed, r, g.gcols, g.table, g.ntable, inv_log_keep_of(g.table, g.ntable),
+                 Weights<A>(params, g.kind, q), [&](int64_t c, A w) {
+                   const S* s = spk + c * batch + j0;
 #pragma unroll
-             for (int j = 0; j < kChunk; ++j)
-               if (j < nb && rule.active(s[j])) acc[j] += w * rule.template value<A>(s[j]);
-           });
+                   for (int j = 0; j < kChunk; ++j)
+                     if (j < nb && rule.active(s[j])) acc[j] += w * rule.template value<A>(s[j]);
+                 });
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) {
     if (j < nb) {
@@ -111,8 +152,45 @@ __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, 
   }
 }
 
+// The gather of one spike column (mv). Blocks stay resident and stride over the rows, so what they
+// put in shared memory once serves many rows: the table's short end and, for binary spikes that fit,
+// the spikes as a bitmask (a warp's 32 tests at scattered columns then cost a few bank conflicts
+// instead of a global load each). `bits` words of bitmask follow `cached` table entries.
+constexpr int kMvThreads = 512;
+
+template <int G, typename A, typename S, bool Binary>
+__global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
+                                                               A* out, SpikeRule<S, Binary> rule, int64_t cached,
+                                                               int64_t bits) {
+  extern __shared__ uint32_t smem[];
+  const TableView table = cache_table(g, smem, cached);
+  uint32_t* mask = smem + cached;
+  if constexpr (Binary)
+    for (int64_t w = threadIdx.x; w < bits; w += blockDim.x) mask[w] = spike_word(spk, w * 32, g.gcols, rule);
+  __syncthreads();
+  const Lanes<G> lanes = Lanes<G>::of_thread();
+  const Weights<A> wt(params, g.kind, q);
+  const uint32_t seed = *g.seed;
+  const float inv_log_keep = inv_log_keep_of(g.table, g.ntable);
+  const int64_t groups = int64_t(gridDim.x) * (kMvThreads / G);
+  for (int64_t r = (int64_t(blockIdx.x) * kMvThreads + threadIdx.x) / G; r < g.grows; r += groups) {
+    A acc = A(0);
+    walk_row<G, 1>(lanes, seed, r, g.gcols, table, g.ntable, inv_log_keep, wt, [&](int64_t c, A w) {
+      if (Binary && bits > 0) {
+        if ((mask[c >> 5] >> (c & 31)) & 1u) acc += w;
+      } else {
+        const S v = spk[c];
+        if (rule.active(v)) acc += w * rule.template value<A>(v);
+      }
+    });
+#pragma unroll
+    for (int d = G / 2; d > 0; d >>= 1) acc += __shfl_down_sync(lanes.mask, acc, unsigned(d), G);
+    if (lanes.sub == 0) out[r] = acc;
+  }
+}
+
 // One warp per 32 generated rows (thread t of block b reads row b kThreads + t's spikes).
-template <typename A, typename S, bool Binary>
+template <int U, typename A, typename S, bool Binary>
 __global__ void scatter_kernel(Gen g, const A* params, const A* q, const S* spk, A* out, int64_t batch,
                                SpikeRule<S, Binary> rule) {
   const int lane = int(threadIdx.x) & 31;
@@ -130,7 +208,7 @@ __global__ void scatter_kernel(Gen g, const A* params, const A* q, const S* spk,
   const Lanes<32> lanes = Lanes<32>::of_thread();
   const uint32_t seed = *g.seed;
   const float inv_log_keep = inv_log_keep_of(g.table, g.ntable);
-  const A a = params[0], b = params[1];
+  const Weights<A> wt(params, g.kind, q);
   while (todo != 0u) {
     const int64_t r = r0 + (__ffs(int(todo)) - 1);
     todo &= todo - 1u;
@@ -138,7 +216,7 @@ __global__ void scatter_kernel(Gen g, const A* params, const A* q, const S* spk,
     S sv[kChunk];
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) sv[j] = j < nb ? s[j] : S(0);
-    walk_row(lanes, seed, r, g.gcols, g.table, g.ntable, inv_log_keep, g.kind, a, b, q, [&](int64_t c, A w) {
+    walk_row<32, U>(lanes, seed, r, g.gcols, g.table, g.ntable, inv_log_keep, wt, [&](int64_t c, A w) {
       A* o = out + c * batch + j0;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j)
@@ -178,6 +256,46 @@ int gather_lanes(int64_t ntable, int64_t grows, int64_t gcols) {
   return lanes;
 }
 
+// Rounds a scatter warp draws together (walk_row's U): 4 when rows are long enough that the up to
+// 127 draws past a row's end cost little (expected row >= 256), else 1.
+int scatter_rounds(int64_t ntable, int64_t gcols) {
+  const double p = ntable == 0 ? 1.0 : -std::expm1(-32.0 * std::log(2.0) / double(ntable));
+  return double(gcols) * p >= 256.0 ? 4 : 1;
+}
+
+// Shared memory an mv gather block asks for at most: two such blocks fit an H100 or H200 SM.
+constexpr int64_t kMvSharedBudget = 96 * 1024;
+
+// Launches gather_mv_kernel<G>: `cached` table entries and, for binary spikes that fit beside them,
+// the bitmask in shared memory; as many resident blocks as fit the GPU (no more than the rows need).
+template <int G, typename A, typename S, bool Binary>
+void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
+                      cudaStream_t st) {
+  int dev = 0, sms = 0, optin = 0;
+  XK_CUDA_CHECK(cudaGetDevice(&dev));  // (cudaStreamGetDevice is refused while XLA captures a graph)
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  auto* kernel = gather_mv_kernel<G, A, S, Binary>;
+  int64_t budget = std::min<int64_t>(optin, kMvSharedBudget);
+  if (budget > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(budget)) != cudaSuccess) {
+    (void)cudaGetLastError();  // not allowed here: clear it and stay within the default 48 KiB
+    budget = 48 * 1024;
+  }
+  int64_t bits = Binary ? (g.gcols + 31) / 32 : 0;
+  if (bits * 4 > budget / 2) bits = 0;  // the spikes are read from global memory then
+  const int64_t cached = std::min<int64_t>(g.ntable, (budget - bits * 4) / 4);
+  const size_t smem = size_t(cached + bits) * 4;
+  int per_sm = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMvThreads, smem) != cudaSuccess || per_sm < 1) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  const int64_t want = (g.grows * G + kMvThreads - 1) / kMvThreads;
+  const int blocks = int(std::min<int64_t>(want, int64_t(sms) * per_sm));
+  kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, cached, bits);
+}
+
 void check_common(const xk::Tensor& params, const xk::Tensor& seed, const xk::Tensor& table,
                   const xk::Tensor& qtable, int64_t kind) {
   const DType acc = params.dtype();
@@ -185,6 +303,8 @@ void check_common(const xk::Tensor& params, const xk::Tensor& seed, const xk::Te
   XK_CHECK(params.numel() == 2) << "params must hold (a, b)";
   XK_CHECK(seed.numel() == 1 && seed.dtype() == DType::UInt32) << "seed must be one uint32";
   XK_CHECK(table.dtype() == DType::UInt32) << "skip table must be uint32";
+  XK_CHECK(table.numel() <= kMaxSkipTable)
+      << "skip table longer than " << kMaxSkipTable << " entries (prob too small)";
   XK_CHECK(kind != kNormal || qtable.numel() == 65537) << "normal quantile table must have 65537 entries";
   XK_CHECK(qtable.dtype() == acc) << "quantile table dtype must match params";
 }
@@ -205,13 +325,12 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   if (out.numel() == 0) return;
   if (transpose) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
   if (grows == 0) return;
-  XK_CHECK(table.numel() <= kMaxSkipTable) << "skip table longer than " << kMaxSkipTable
-                                            << " entries (prob too small)";
   const Gen g{seed.data_ptr<uint32_t>(), table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
   const unsigned chunks = unsigned((batch + kChunk - 1) / kChunk);
   // threads per generated row: the scatter's thread reads one row's spikes (its warp walks the
   // active rows); the gather's are the row's lanes
   const int lanes = transpose ? 1 : gather_lanes(g.ntable, grows, gcols);
+  const int rounds = transpose ? scatter_rounds(g.ntable, gcols) : 1;
   const dim3 grid(blocks_for(grows * lanes), chunks);
   auto run = [&](auto tag) {
     using A = typename decltype(tag)::type;
@@ -221,10 +340,20 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       const A* q = qtable.data_ptr<A>();
       const S* v = spikes.data_ptr<S>();
       A* o = out.data_ptr<A>();
-      if (transpose) scatter_kernel<<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
-      else if (lanes == 32) gather_kernel<32><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
-      else if (lanes == 8) gather_kernel<8><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
-      else gather_kernel<1><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+      if (transpose) {
+        if (rounds == 4) scatter_kernel<4><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+        else scatter_kernel<1><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+      } else if (batch == 1) {
+        if (lanes == 32) launch_gather_mv<32>(g, p, q, v, o, rule, st);
+        else if (lanes == 8) launch_gather_mv<8>(g, p, q, v, o, rule, st);
+        else launch_gather_mv<1>(g, p, q, v, o, rule, st);
+      } else if (lanes == 32) {
+        gather_kernel<32><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+      } else if (lanes == 8) {
+        gather_kernel<8><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+      } else {
+        gather_kernel<1><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+      }
     });
   };
   if (acc == DType::Float64) run(Tag<double>{});
