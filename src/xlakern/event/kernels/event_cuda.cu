@@ -69,9 +69,9 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
 
 // Binary gather when the spike vector fits in shared memory as bits: every block packs the spikes
 // into a bitmask once (a thread per 32 columns), then its warps walk rows, a warp per row, testing
-// each synapse's column in shared memory. The random spike reads of the plain gather (a 32-byte L2
-// sector for each synapse's one-byte spike) become shared-memory reads, and a row's index loads are
-// issued four a lane before their tests.
+// each synapse's column in shared memory (see the loop for how rows are shared out). The random spike reads of the plain gather (a 32-byte L2
+// sector for each synapse's one-byte spike) become shared-memory reads, and two rows' index loads
+// are issued, four a lane each, before their tests.
 constexpr int kBitsThreads = 1024;
 
 template <typename W, typename I, typename S>
@@ -86,27 +86,48 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
   for (int64_t w = threadIdx.x; w < words; w += blockDim.x) bits[w] = spike_word(spk, w * 32, ncols, rule);
   __syncthreads();
   const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
   const A w0 = homo ? A(widen(data[0])) : A(0);
-  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); r < nrows; r += warps) {
-    int64_t begin, end;
-    row_range(indptr, nconn, nse, r, begin, end);
-    A acc = A(0);
-    for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
-      int64_t j[U];
+  // Each warp takes a contiguous share of the rows, 32 at a time: one coalesced load brings the 32
+  // rows' bounds into the lanes, and the rows are walked two at a time with their index loads issued
+  // together. With one block an SM a warp walks ~100 rows of 80-odd synapses at 400k, so the chain
+  // of memory latencies per row is what a step costs.
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  const int64_t share = (nrows + warps - 1) / warps;
+  const int64_t lo = (int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * share;
+  const int64_t hi = lo + share < nrows ? lo + share : nrows;
+  for (int64_t g0 = lo; g0 < hi; g0 += 32) {
+    const int n = int(hi - g0 < 32 ? hi - g0 : 32);
+    int64_t lane_begin = 0, lane_end = 0;  // lanes past the rows hold an empty row
+    if (lane < n) row_range(indptr, nconn, nse, g0 + lane, lane_begin, lane_end);
+    for (int i = 0; i < n; i += 2) {  // rows g0 + i and g0 + i + 1 (empty when i + 1 == n)
+      const int64_t begin[2] = {__shfl_sync(0xffffffffu, lane_begin, i), __shfl_sync(0xffffffffu, lane_begin, i + 1)};
+      const int64_t end[2] = {__shfl_sync(0xffffffffu, lane_end, i), __shfl_sync(0xffffffffu, lane_end, i + 1)};
+      A acc[2] = {A(0), A(0)};
+      for (int64_t o = 0; begin[0] + o < end[0] || begin[1] + o < end[1]; o += U * 32) {
+        int64_t j[2][U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t p = p0 + u * 32 + lane;
-        j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int64_t p = begin[h] + o + u * 32 + lane;
+            j[h][u] = p < end[h] ? int64_t(idx[p]) : int64_t(-1);
+          }
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            if (uint64_t(j[h][u]) >= uint64_t(ncols)) continue;  // out of range (or past the row): dropped
+            if ((bits[j[h][u] >> 5] >> (j[h][u] & 31)) & 1u)
+              acc[h] += homo ? w0 : A(widen(data[begin[h] + o + u * 32 + lane]));
+          }
       }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (uint64_t(j[u]) >= uint64_t(ncols)) continue;  // out of range: dropped
-        if ((bits[j[u] >> 5] >> (j[u] & 31)) & 1u) acc += homo ? w0 : A(widen(data[p0 + u * 32 + lane]));
+      acc[0] = warp_sum(acc[0]);
+      acc[1] = warp_sum(acc[1]);
+      if (lane == 0) {
+        out[g0 + i] = acc[0];
+        if (i + 1 < n) out[g0 + i + 1] = acc[1];
       }
     }
-    acc = warp_sum(acc);
-    if (lane == 0) out[r] = acc;
   }
 }
 
