@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
     typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
     SpikeRule<S, true> rule) {
   using A = typename AccOf<W>::type;
-  constexpr int U = 4;
+  constexpr int U = sizeof(I) == 8 ? 2 : 4;  // index loads a lane issues per row and round
   extern __shared__ uint32_t bits[];
   const int64_t words = (ncols + 31) / 32;
   for (int64_t w = threadIdx.x; w < words; w += blockDim.x) bits[w] = spike_word(spk, w * 32, ncols, rule);
@@ -88,9 +88,10 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
   const int lane = threadIdx.x & 31;
   const A w0 = homo ? A(widen(data[0])) : A(0);
   // Each warp takes a contiguous share of the rows, 32 at a time: one coalesced load brings the 32
-  // rows' bounds into the lanes, and the rows are walked two at a time with their index loads issued
-  // together. With one block an SM a warp walks ~100 rows of 80-odd synapses at 400k, so the chain
-  // of memory latencies per row is what a step costs.
+  // rows' bounds into the lanes. The rows are walked two at a time in rounds of U * 32 synapses a
+  // row; a round's weight loads (active synapses only) and the next round's index loads are issued
+  // before the round's weights are added, so a round costs one memory latency, not two. (With one
+  // block an SM a warp walks ~100 rows of 80-odd synapses at 400k: that chain is what a step costs.)
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
   const int64_t share = (nrows + warps - 1) / warps;
   const int64_t lo = (int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * share;
@@ -99,34 +100,62 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
     const int n = int(hi - g0 < 32 ? hi - g0 : 32);
     int64_t lane_begin = 0, lane_end = 0;  // lanes past the rows hold an empty row
     if (lane < n) row_range(indptr, nconn, nse, g0 + lane, lane_begin, lane_end);
-    for (int i = 0; i < n; i += 2) {  // rows g0 + i and g0 + i + 1 (empty when i + 1 == n)
-      const int64_t begin[2] = {__shfl_sync(0xffffffffu, lane_begin, i), __shfl_sync(0xffffffffu, lane_begin, i + 1)};
-      const int64_t end[2] = {__shfl_sync(0xffffffffu, lane_end, i), __shfl_sync(0xffffffffu, lane_end, i + 1)};
-      A acc[2] = {A(0), A(0)};
-      for (int64_t o = 0; begin[0] + o < end[0] || begin[1] + o < end[1]; o += U * 32) {
-        int64_t j[2][U];
+    // round state: rows g0 + i and g0 + i + 1 (an empty row when i + 1 == n), synapses from offset o
+    int i = 0;
+    int64_t o = 0, begin[2], end[2];
+    auto bounds = [&](int at) {
+      begin[0] = __shfl_sync(0xffffffffu, lane_begin, at);
+      begin[1] = __shfl_sync(0xffffffffu, lane_begin, at + 1);
+      end[0] = __shfl_sync(0xffffffffu, lane_end, at);
+      end[1] = __shfl_sync(0xffffffffu, lane_end, at + 1);
+    };
+    auto load = [&](I (&j)[2][U]) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const int64_t p = begin[h] + o + u * 32 + lane;
-            j[h][u] = p < end[h] ? int64_t(idx[p]) : int64_t(-1);
-          }
+        for (int u = 0; u < U; ++u) {
+          const int64_t p = begin[h] + o + u * 32 + lane;
+          j[h][u] = p < end[h] ? idx[p] : I(-1);
+        }
+    };
+    bounds(0);
+    I j[2][U];
+    load(j);
+    A acc[2] = {A(0), A(0)};
+    while (true) {
+      A w[2][U];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int u = 0; u < U; ++u) {
-            if (uint64_t(j[h][u]) >= uint64_t(ncols)) continue;  // out of range (or past the row): dropped
-            if ((bits[j[h][u] >> 5] >> (j[h][u] & 31)) & 1u)
-              acc[h] += homo ? w0 : A(widen(data[begin[h] + o + u * 32 + lane]));
-          }
+        for (int u = 0; u < U; ++u) {
+          const int64_t c = int64_t(j[h][u]);
+          const bool on = uint64_t(c) < uint64_t(ncols) && ((bits[c >> 5] >> (c & 31)) & 1u);  // else dropped
+          w[h][u] = !on ? A(0) : (homo ? w0 : A(widen(data[begin[h] + o + u * 32 + lane])));
+        }
+      const int64_t out_row = g0 + i;
+      o += U * 32;
+      const bool pair_done = !(begin[0] + o < end[0] || begin[1] + o < end[1]);
+      if (pair_done) {
+        i += 2;
+        o = 0;
+        if (i < n) bounds(i);
       }
-      acc[0] = warp_sum(acc[0]);
-      acc[1] = warp_sum(acc[1]);
-      if (lane == 0) {
-        out[g0 + i] = acc[0];
-        if (i + 1 < n) out[g0 + i + 1] = acc[1];
+      const bool more = !pair_done || i < n;
+      if (more) load(j);  // the next round's indices, in flight while this round's weights arrive
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc[h] += w[h][u];
+      if (pair_done) {
+        acc[0] = warp_sum(acc[0]);
+        acc[1] = warp_sum(acc[1]);
+        if (lane == 0) {
+          out[out_row] = acc[0];
+          if (out_row + 1 < g0 + n) out[out_row + 1] = acc[1];
+        }
+        acc[0] = acc[1] = A(0);
       }
+      if (!more) break;
     }
   }
 }
