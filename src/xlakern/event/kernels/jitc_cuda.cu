@@ -8,10 +8,13 @@
 //            from the expected row length and the row count (gather_lanes): each lane sums
 //            w * f(v[col]) over its synapses in registers, then the group adds its lanes' sums.
 //            (G = 1 adds in the CPU's order.) The environment variable XLAKERN_JITC_GATHER_LANES
-//            = 1, 8 or 32 forces G, to time the paths against each other.
+//            = 1, 8 or 32 forces G, to time the paths against each other. One spike column (mv)
+//            takes gather_mv_kernel: resident blocks with the table's short end and binary spikes
+//            as bits in shared memory.
 //   scatter  one warp per 32 generated rows: a ballot names the rows with an active spike in the
-//            chunk and the whole warp walks each of them in turn, each lane atomicAdd-ing its
-//            synapse into the output (zeroed first here). Rows with no active spike cost one read.
+//            chunk and the whole warp walks each of them in turn (4 rounds at once on long rows),
+//            each lane atomicAdd-ing its synapse into the output (zeroed first here). Rows with no
+//            active spike cost one read.
 //   dense    one thread per generated row writes its row of G (the row is zeroed first).
 
 #include <cuda_runtime.h>
