@@ -114,12 +114,22 @@ def test_batch_wider_than_one_grid_dimension(rng):
 
 # ----------------------------------------------------------------------------- JITC
 
-# (shape, prob): ~500 synapses a row (the scatter draws 4 rounds of a warp at once); ~40 (the gather's
-# 8-lane groups); a third of the rows with no synapse; 7 columns (every row ends in the first round);
-# four rows in five with no synapse; more rows than the mv gather's resident blocks take at once (they
-# stride over the rows). No width is a multiple of 32.
-JITC_GPU_CASES = [((1001, 999), 0.5), ((1001, 999), 0.04), ((1001, 999), 0.001), ((45, 7), 0.5),
-                  ((2000, 100), 0.002), ((40000, 300), 0.05)]
+# (shape, prob): ~500 synapses a row (the scatter's 4-warp teams); ~1,500 (8-warp teams, several team
+# rounds a row); ~40 (the gather's 8-lane groups); a third of the rows with no synapse; 7 columns (every
+# row ends in the first round); four rows in five with no synapse; more rows than the mv gather's
+# resident blocks take at once (they stride over the rows). No width is a multiple of 32.
+JITC_GPU_CASES = [((1001, 999), 0.5), ((300, 5003), 0.3), ((1001, 999), 0.04), ((1001, 999), 0.001),
+                  ((45, 7), 0.5), ((2000, 100), 0.002), ((40000, 300), 0.05)]
+
+
+# Every launch path of the JITC kernels, forced through their environment knobs (the default choice
+# first): the gather's lanes per row (and, with 32 lanes, its rounds drawn at once), the scatter's draws
+# per team round (one warp: 32 or 128; 4 or 8 warps together: 512 or 1024).
+KNOB_VARS = ("XLAKERN_JITC_GATHER_LANES", "XLAKERN_JITC_GATHER_ROUNDS", "XLAKERN_JITC_SCATTER_DRAWS")
+GATHER_KNOBS = ({}, {"XLAKERN_JITC_GATHER_LANES": "1"}, {"XLAKERN_JITC_GATHER_LANES": "8"},
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "1"},
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4"})
+SCATTER_KNOBS = ({},) + tuple({"XLAKERN_JITC_SCATTER_DRAWS": d} for d in ("32", "128", "512", "1024"))
 
 
 @pytest.mark.parametrize("letter", "sun")
@@ -127,7 +137,7 @@ JITC_GPU_CASES = [((1001, 999), 0.5), ((1001, 999), 0.04), ((1001, 999), 0.001),
 @pytest.mark.parametrize("x64", [False, True])
 def test_jitc_gpu_scatter_and_gather_multiply_by_the_materialised_matrix(letter, shape, prob, x64, monkeypatch):
     """The warp-walked rows are the generator's: each product equals the matrix the CPU materialises
-    (in float64 numpy), for every gather width (forced through XLAKERN_JITC_GATHER_LANES)."""
+    (in float64 numpy), on every launch path (forced through the kernels' knobs)."""
     cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
     rng = np.random.default_rng()
     seed = int(rng.integers(0, 2**31))
@@ -156,13 +166,16 @@ def test_jitc_gpu_scatter_and_gather_multiply_by_the_materialised_matrix(letter,
                     want = mat @ v.astype(np.float64)
                     assert np.abs(want).max() > 0
                     name = ("binary_" if binary else "") + "jit" + letter + ("mv" if batch is None else "mm")
-                    for lanes in ((None,) if transpose else (None, "1", "8", "32")):
-                        if lanes is not None:
-                            monkeypatch.setenv("XLAKERN_JITC_GATHER_LANES", lanes)
+                    for knobs in (SCATTER_KNOBS if transpose else GATHER_KNOBS):
+                        for var in KNOB_VARS:
+                            monkeypatch.delenv(var, raising=False)
+                        for var, value in knobs.items():
+                            monkeypatch.setenv(var, value)
                         with jax.default_device(gpu):
                             y = getattr(xlakern, name)(*ws, prob, v, seed, shape=shape, transpose=transpose)
                             y = np.asarray(y)
                         assert y.dtype == dtype and y.shape == want.shape
                         np.testing.assert_allclose(y, want, **tol, err_msg=f"{name} transpose={transpose} "
-                                                   f"batch={batch} lanes={lanes}")
-                    monkeypatch.delenv("XLAKERN_JITC_GATHER_LANES", raising=False)
+                                                   f"batch={batch} {knobs}")
+                    for var in KNOB_VARS:
+                        monkeypatch.delenv(var, raising=False)

@@ -43,6 +43,21 @@ XK_HOST_DEVICE inline void row_range(const I* indptr, int64_t nconn, int64_t nse
 }
 
 #ifdef __CUDACC__
+// What a launch helper needs to know of the GPU: its SM count and the shared memory a block may opt in
+// to. The calling thread's device is the stream's (XLA sets it); cudaStreamGetDevice is refused while
+// XLA captures the stream into a CUDA graph.
+struct GpuLimits {
+  int sms = 0, smem_optin = 0;
+};
+inline GpuLimits gpu_limits() {
+  int dev = 0;
+  GpuLimits limits;
+  XK_CUDA_CHECK(cudaGetDevice(&dev));
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&limits.sms, cudaDevAttrMultiProcessorCount, dev));
+  XK_CUDA_CHECK(cudaDeviceGetAttribute(&limits.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return limits;
+}
+
 // The 32 binary spikes of columns [c0, c0 + 32) (fewer at the end) as one word of bits: a one-byte
 // spike vector is read 32 bytes at a time when aligned.
 template <typename S>

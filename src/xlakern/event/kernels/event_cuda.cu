@@ -166,10 +166,8 @@ template <typename W, typename I, typename S>
 bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
                            int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
                            SpikeRule<S, true> rule, cudaStream_t st) {
-  int dev = 0, sms = 0, optin = 0;
-  XK_CUDA_CHECK(cudaGetDevice(&dev));  // (cudaStreamGetDevice is refused while XLA captures a graph)
-  XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  XK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const GpuLimits gpu = gpu_limits();
+  const int sms = gpu.sms, optin = gpu.smem_optin;
   const int64_t smem = (ncols + 31) / 32 * 4;
   if (smem + 1024 > optin) return false;
   auto* k = bitmask_gather_kernel<W, I, S>;
@@ -325,13 +323,8 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
   if (nrows == 0) return;
   int rows_per_warp = 1;
   if (transpose) {
-    int dev = 0, sms = 0;
-    // the calling thread's device is the stream's (XLA sets it); cudaStreamGetDevice is refused
-    // while XLA captures the stream into a CUDA graph
-    XK_CUDA_CHECK(cudaGetDevice(&dev));
-    XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     // as many rows a warp as still leaves about 48 warps an SM (a full H100 holds 64)
-    const int64_t want_warps = int64_t(sms) * 48, spread = nrows * int64_t(grid_y(batch));
+    const int64_t want_warps = int64_t(gpu_limits().sms) * 48, spread = nrows * int64_t(grid_y(batch));
     while (rows_per_warp < 32 && spread / (2 * rows_per_warp) >= want_warps) rows_per_warp *= 2;
   }
   const int64_t warps = (nrows + rows_per_warp - 1) / rows_per_warp;

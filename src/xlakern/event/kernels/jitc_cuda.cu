@@ -7,14 +7,15 @@
 //   gather   G lanes per generated row (and chunk of up to kChunk batch columns), G = 1, 8 or 32
 //            from the expected row length and the row count (gather_lanes): each lane sums
 //            w * f(v[col]) over its synapses in registers, then the group adds its lanes' sums.
-//            (G = 1 adds in the CPU's order.) The environment variable XLAKERN_JITC_GATHER_LANES
-//            = 1, 8 or 32 forces G, to time the paths against each other. One spike column (mv)
-//            takes gather_mv_kernel: resident blocks with the table's short end and binary spikes
-//            as bits in shared memory.
-//   scatter  one warp per 32 generated rows: a ballot names the rows with an active spike in the
-//            chunk and the whole warp walks each of them in turn (4 rounds at once on long rows),
+//            (G = 1 adds in the CPU's order.) One spike column (mv) takes gather_mv_kernel:
+//            resident blocks with the table's short end and binary spikes as bits in shared memory,
+//            4 rounds drawn at once on long rows, and a weight drawn only for an active spike.
+//   scatter  a block per few generated rows lists those with an active spike in the chunk; teams
+//            of 1, 4 or 8 warps walk them (walk_row_team: a team round is about one expected row),
 //            each lane atomicAdd-ing its synapse into the output (zeroed first here). Rows with no
 //            active spike cost one read.
+//   Environment knobs force each launch choice (XLAKERN_JITC_GATHER_LANES, _GATHER_ROUNDS,
+//   _SCATTER_DRAWS), to time the paths against each other and to test every one.
 //   dense    one thread per generated row writes its row of G (the row is zeroed first).
 
 #include <cuda_runtime.h>
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "event_common.h"
 #include "jitc_common.h"
@@ -62,14 +64,14 @@ struct Lanes {
 struct TableView {
   const uint32_t* global;
   const uint32_t* shared;
-  int64_t lo;
-  __device__ uint32_t operator[](int64_t i) const { return i >= lo ? shared[i - lo] : global[i]; }
+  int32_t lo;  // (tables hold at most kMaxSkipTable entries: int32 indices, cheaper than int64 on a GPU)
+  __device__ uint32_t operator[](int32_t i) const { return i >= lo ? shared[i - lo] : global[i]; }
 };
 
 // Copies the table's last `cached` entries into shared memory (the whole block must call this).
 __device__ inline TableView cache_table(const Gen& g, uint32_t* shared, int64_t cached) {
-  const int64_t lo = g.ntable - cached;
-  for (int64_t i = threadIdx.x; i < cached; i += blockDim.x) shared[i] = g.table[lo + i];
+  const int32_t lo = int32_t(g.ntable - cached);
+  for (int32_t i = threadIdx.x; i < int32_t(cached); i += blockDim.x) shared[i] = g.table[lo + i];
   return TableView{g.table, shared, lo};
 }
 
@@ -90,15 +92,14 @@ struct Weights {
 // for_each_synapse, walked by G lanes: round t covers draws k = t G + sub. A lane's column is the
 // previous round's last column plus the inclusive scan of the round's skips, the same int64 sums
 // the one-thread walk makes. Columns grow with the lane, so the lanes at gcols or past it are the
-// round's last ones; they are dropped and the walk ends after that round. f(col, w) is called by
-// the lane that holds the synapse, in the order of its draws. U rounds are drawn and scanned
-// together: their hashes, table look-ups and shuffles are independent, so a row with few warps on
-// it costs one memory latency per U rounds (at the price of up to U G - 1 draws past the row's end).
-// Every lane of `lanes` must call this (it synchronises them).
-template <int G, int U, typename Table, typename Wt, typename F>
-__device__ inline void walk_row(Lanes<G> lanes, uint32_t seed, int64_t r, int64_t gcols, const Table& table,
-                                int64_t ntable, float inv_log_keep, const Wt& wt, F&& f) {
-  const uint32_t key = row_key(seed, uint32_t(r));
+// round's last ones; they are dropped and the walk ends after that round. f(col, k) is called by
+// the lane that holds synapse k (the draw's index: its weight is wt.of(key, k), drawn only where the
+// caller needs it), in the order of its draws. U rounds are drawn and scanned together: their hashes,
+// table look-ups and shuffles are independent, so a row costs one latency chain per U rounds (at the
+// price of up to U G - 1 draws past the row's end). Every lane of `lanes` must call this.
+template <int G, int U, typename Table, typename F>
+__device__ inline void walk_row(Lanes<G> lanes, uint32_t key, int64_t gcols, const Table& table, int64_t ntable,
+                                float inv_log_keep, F&& f) {
   int64_t base = -1;  // the column of the previous round's last draw (-1 before the first)
   for (uint32_t k0 = 0;; k0 += uint32_t(U * G)) {
     // at most 32 (kMaxSkipTable + 1) < 2^31: the scan cannot overflow
@@ -119,10 +120,63 @@ __device__ inline void walk_row(Lanes<G> lanes, uint32_t seed, int64_t r, int64_
     for (int u = 0; u < U; ++u) {
       const int64_t col = base + prefix[u];
       inside = col < gcols;  // false from the round that passes gcols on (columns only grow)
-      if (inside) f(col, wt.of(key, k0 + uint32_t(u * G + lanes.sub)));
+      if (inside) f(col, k0 + uint32_t(u * G + lanes.sub));
       base += __shfl_sync(lanes.mask, prefix[u], G - 1, G);
     }
     if (!__all_sync(lanes.mask, inside)) return;
+  }
+}
+
+// Waits for the T warps of a team (a named barrier: id 0 is __syncthreads's).
+__device__ inline void team_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
+
+// walk_row for a team of T warps (T > 1), which walks one row together: a team round covers U T 32
+// draws, u-th block of T 32 first, and inside it warp w's 32. Each warp scans its own 32 skips per u,
+// publishes the 32-draw totals in `totals` (two halves alternate between rounds, so a round's writes
+// never meet the previous round's reads: one barrier a round), and adds the totals before its own.
+// The same skips summed in the same draw order as walk_row, in int64: the same columns, so the same
+// synapses; a long row then costs U T 32 draws per dependent round, spread over T warps.
+template <int T, int U, typename Table, typename F>
+__device__ inline void walk_row_team(int64_t (*totals)[U * T], int barrier, int warp_in_team, uint32_t key,
+                                     int64_t gcols, const Table& table, int64_t ntable, float inv_log_keep, F&& f) {
+  static_assert(U * T <= 32, "a team round's totals are scanned by one warp");
+  const int lane = int(threadIdx.x) & 31;
+  int64_t base = -1;
+  for (uint32_t k0 = 0, half = 0;; k0 += uint32_t(U * T * 32), half ^= 1u) {
+    int32_t prefix[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      prefix[u] = int32_t(skip_of(draw(key, 2u * (k0 + uint32_t((u * T + warp_in_team) * 32 + lane))), table, ntable,
+                                  inv_log_keep));
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int32_t below = __shfl_up_sync(kFullWarp, prefix[u], unsigned(d));
+        if (lane >= d) prefix[u] += below;
+      }
+    }
+    if (lane == 31) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) totals[half][u * T + warp_in_team] = prefix[u];
+    }
+    team_sync(barrier, T * 32);
+    // lane i holds block i's total; an inclusive int64 scan gives each block's end
+    int64_t end = lane < U * T ? totals[half][lane] : 0;
+#pragma unroll
+    for (int d = 1; d < U * T; d <<= 1) {
+      const int64_t below = __shfl_up_sync(kFullWarp, end, unsigned(d));
+      if (lane >= d) end += below;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = u * T + warp_in_team;
+      const int64_t before = b == 0 ? 0 : __shfl_sync(kFullWarp, end, b - 1);
+      const int64_t col = base + before + prefix[u];
+      if (col < gcols) f(col, k0 + uint32_t((u * T + warp_in_team) * 32 + lane));
+    }
+    base += __shfl_sync(kFullWarp, end, U * T - 1);  // the round's last column: the same in every warp
+    if (base >= gcols) return;
   }
 }
 
@@ -138,13 +192,15 @@ __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, 
   A acc[kChunk];
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) acc[j] = A(0);
-  walk_row<G, 1>(lanes, *g.seed, r, g.gcols, g.table, g.ntable, inv_log_keep_of(g.table, g.ntable),
-                 Weights<A>(params, g.kind, q), [&](int64_t c, A w) {
-                   const S* s = spk + c * batch + j0;
+  const Weights<A> wt(params, g.kind, q);
+  const uint32_t key = row_key(*g.seed, uint32_t(r));
+  walk_row<G, 1>(lanes, key, g.gcols, g.table, g.ntable, inv_log_keep_of(g.table, g.ntable), [&](int64_t c, uint32_t k) {
+    const S* s = spk + c * batch + j0;
+    const A w = wt.of(key, k);
 #pragma unroll
-                   for (int j = 0; j < kChunk; ++j)
-                     if (j < nb && rule.active(s[j])) acc[j] += w * rule.template value<A>(s[j]);
-                 });
+    for (int j = 0; j < kChunk; ++j)
+      if (j < nb && rule.active(s[j])) acc[j] += w * rule.template value<A>(s[j]);
+  });
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) {
     if (j < nb) {
@@ -161,7 +217,7 @@ __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, 
 // instead of a global load each). `bits` words of bitmask follow `cached` table entries.
 constexpr int kMvThreads = 512;
 
-template <int G, typename A, typename S, bool Binary>
+template <int G, int U, typename A, typename S, bool Binary>
 __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
                                                                A* out, SpikeRule<S, Binary> rule, int64_t cached,
                                                                int64_t bits) {
@@ -177,54 +233,86 @@ __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* p
   const float inv_log_keep = inv_log_keep_of(g.table, g.ntable);
   const int64_t groups = int64_t(gridDim.x) * (kMvThreads / G);
   for (int64_t r = (int64_t(blockIdx.x) * kMvThreads + threadIdx.x) / G; r < g.grows; r += groups) {
+    const uint32_t key = row_key(seed, uint32_t(r));
     A acc = A(0);
-    walk_row<G, 1>(lanes, seed, r, g.gcols, table, g.ntable, inv_log_keep, wt, [&](int64_t c, A w) {
-      if (Binary && bits > 0) {
-        if ((mask[c >> 5] >> (c & 31)) & 1u) acc += w;
-      } else {
+    // a synapse's weight is drawn only when its spike is active; the test is chosen once a row
+    // (a branch outside the walk, not one per synapse)
+    if (Binary && bits > 0) {
+      walk_row<G, U>(lanes, key, g.gcols, table, g.ntable, inv_log_keep, [&](int64_t c, uint32_t k) {
+        if ((mask[c >> 5] >> (c & 31)) & 1u) acc += wt.of(key, k);
+      });
+    } else {
+      walk_row<G, U>(lanes, key, g.gcols, table, g.ntable, inv_log_keep, [&](int64_t c, uint32_t k) {
         const S v = spk[c];
-        if (rule.active(v)) acc += w * rule.template value<A>(v);
-      }
-    });
+        if (rule.active(v)) acc += wt.of(key, k) * rule.template value<A>(v);
+      });
+    }
 #pragma unroll
     for (int d = G / 2; d > 0; d >>= 1) acc += __shfl_down_sync(lanes.mask, acc, unsigned(d), G);
     if (lanes.sub == 0) out[r] = acc;
   }
 }
 
-// One warp per 32 generated rows (thread t of block b reads row b kThreads + t's spikes).
-template <int U, typename A, typename S, bool Binary>
-__global__ void scatter_kernel(Gen g, const A* params, const A* q, const S* spk, A* out, int64_t batch,
-                               SpikeRule<S, Binary> rule) {
-  const int lane = int(threadIdx.x) & 31;
-  const int64_t r0 = int64_t(blockIdx.x) * blockDim.x + (threadIdx.x - unsigned(lane));  // the warp's first row
-  if (r0 >= g.grows) return;  // the whole warp
+// The scatter: a block of kScatterWarps warps per `rows` generated rows (and chunk of batch columns).
+// Thread t reads row t's spikes; the rows with an active one are listed in shared memory, and teams
+// of T warps take them in turn: a team walks one row (walk_row for one warp, walk_row_team for more),
+// each lane atomicAdd-ing its synapses into the output (zeroed first). Long rows get wide teams, so a
+// row of a thousand synapses is one or two dependent rounds, not thirty; the host picks `rows` so that
+// the GPU has blocks enough to spread the active rows over its SMs.
+constexpr int kScatterWarps = 8;
+constexpr int kScatterThreads = kScatterWarps * 32;
+
+template <int T, int U, typename A, typename S, bool Binary>
+__global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, const A* params, const A* q, const S* spk,
+                                                                  A* out, int64_t batch, SpikeRule<S, Binary> rule,
+                                                                  int rows) {
+  constexpr int kTeams = kScatterWarps / T;
+  __shared__ int32_t listed[kScatterThreads];  // the block's rows with an active spike (offsets)
+  __shared__ int32_t per_warp[kScatterWarps];
+  __shared__ int64_t totals[kTeams][2][U * T];
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int64_t r0 = int64_t(blockIdx.x) * rows;
   const int64_t j0 = int64_t(blockIdx.y) * kChunk;
   const int nb = int(batch - j0 < kChunk ? batch - j0 : kChunk);
   bool any = false;
-  if (r0 + lane < g.grows) {
-    const S* s = spk + (r0 + lane) * batch + j0;
+  if (tid < rows && r0 + tid < g.grows) {
+    const S* s = spk + (r0 + tid) * batch + j0;
     for (int j = 0; j < nb; ++j) any = any || rule.active(s[j]);
   }
-  unsigned todo = __ballot_sync(kFullWarp, any);  // only the rows of active spikes are generated
-  if (todo == 0u) return;
-  const Lanes<32> lanes = Lanes<32>::of_thread();
+  const unsigned ballot = __ballot_sync(kFullWarp, any);  // only the rows of active spikes are generated
+  if (lane == 0) per_warp[warp] = __popc(ballot);
+  __syncthreads();
+  int before = 0, listed_n = 0;
+#pragma unroll
+  for (int w = 0; w < kScatterWarps; ++w) {
+    before += w < warp ? per_warp[w] : 0;
+    listed_n += per_warp[w];
+  }
+  if (any) listed[before + __popc(ballot & ((1u << lane) - 1u))] = tid;
+  __syncthreads();
+  if (listed_n == 0) return;  // the whole block
   const uint32_t seed = *g.seed;
   const float inv_log_keep = inv_log_keep_of(g.table, g.ntable);
   const Weights<A> wt(params, g.kind, q);
-  while (todo != 0u) {
-    const int64_t r = r0 + (__ffs(int(todo)) - 1);
-    todo &= todo - 1u;
+  const int team = warp / T;
+  for (int i = team; i < listed_n; i += kTeams) {
+    const int64_t r = r0 + listed[i];
+    const uint32_t key = row_key(seed, uint32_t(r));
     const S* s = spk + r * batch + j0;  // the same addresses in every lane: one broadcast load each
     S sv[kChunk];
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) sv[j] = j < nb ? s[j] : S(0);
-    walk_row<32, U>(lanes, seed, r, g.gcols, g.table, g.ntable, inv_log_keep, wt, [&](int64_t c, A w) {
+    auto add = [&](int64_t c, uint32_t k) {
+      const A w = wt.of(key, k);
       A* o = out + c * batch + j0;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j)
         if (j < nb && rule.active(sv[j])) atomicAdd(o + j, w * rule.template value<A>(sv[j]));
-    });
+    };
+    if constexpr (T == 1)
+      walk_row<32, U>(Lanes<32>::of_thread(), key, g.gcols, g.table, g.ntable, inv_log_keep, add);
+    else
+      walk_row_team<T, U>(totals[team], 1 + team, warp % T, key, g.gcols, g.table, g.ntable, inv_log_keep, add);
   }
 }
 
@@ -239,31 +327,72 @@ __global__ void dense_kernel(Gen g, const A* params, const A* q, A* out) {
 
 unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
 
-// Lanes per row of the gather. The table lives on the device, so p comes from its length: it holds
-// floor(2^32 (1-p)^i) >= 1 for i = 1..n, so n is about 32 ln 2 / -ln(1-p) (an empty table: p = 1).
-// A group of G lanes wastes about G/2 draws on the round that passes the row's end (and adds its
-// lanes' sums at the end), so G is the widest that keeps that waste under a quarter of the expected
-// row, gcols p: 1 lane (the CPU's walk) below 16 synapses, 8 below 64, else 32. Fewer threads than
-// kBusyThreads leave the GPU idle (an H100 holds about 270k), so there the rows get wider groups: the
-// rounds they save cost nothing.
+// Expected synapses of a generated row, gcols p. The table lives on the device, so p comes from its
+// length: it holds floor(2^32 (1-p)^i) >= 1 for i = 1..n, so n is about 32 ln 2 / -ln(1-p) (an empty
+// table: p = 1).
+double expected_row(int64_t ntable, int64_t gcols) {
+  const double p = ntable == 0 ? 1.0 : -std::expm1(-32.0 * std::log(2.0) / double(ntable));
+  return double(gcols) * p;
+}
+
+// An integer the environment forces (one of `allowed`), else 0: the knobs below exist to time the
+// launch choices against each other and to test every path.
+int forced(const char* name, std::initializer_list<int> allowed) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return 0;
+  const int v = std::atoi(value);
+  for (int a : allowed)
+    if (v == a) return v;
+  return 0;
+}
+
+// Lanes per row of the gather. A group of G lanes wastes about G/2 draws on the round that passes the
+// row's end (and adds its lanes' sums at the end), so G is the widest that keeps that waste under a
+// quarter of the expected row: 1 lane (the CPU's walk) below 16 synapses, 8 below 64, else 32. Fewer
+// threads than kBusyThreads leave the GPU idle (an H100 holds about 270k), so there the rows get wider
+// groups: the rounds they save cost nothing. XLAKERN_JITC_GATHER_LANES = 1, 8 or 32 forces G.
 constexpr int64_t kBusyThreads = int64_t(1) << 17;
 int gather_lanes(int64_t ntable, int64_t grows, int64_t gcols) {
-  if (const char* forced = std::getenv("XLAKERN_JITC_GATHER_LANES")) {
-    const int lanes = std::atoi(forced);
-    if (lanes == 1 || lanes == 8 || lanes == 32) return lanes;
-  }
-  const double p = ntable == 0 ? 1.0 : -std::expm1(-32.0 * std::log(2.0) / double(ntable));
-  const double per_row = double(gcols) * p;
+  if (const int lanes = forced("XLAKERN_JITC_GATHER_LANES", {1, 8, 32})) return lanes;
+  const double per_row = expected_row(ntable, gcols);
   int lanes = per_row < 16.0 ? 1 : (per_row < 64.0 ? 8 : 32);
   while (lanes < 32 && grows * lanes < kBusyThreads) lanes = lanes == 1 ? 8 : 32;
   return lanes;
 }
 
-// Rounds a scatter warp draws together (walk_row's U): 4 when rows are long enough that the up to
-// 127 draws past a row's end cost little (expected row >= 256), else 1.
-int scatter_rounds(int64_t ntable, int64_t gcols) {
-  const double p = ntable == 0 ? 1.0 : -std::expm1(-32.0 * std::log(2.0) / double(ntable));
-  return double(gcols) * p >= 256.0 ? 4 : 1;
+// Rounds a 32-lane mv gather group draws together (walk_row's U): 4 when rows are long enough that the
+// up to 127 draws past a row's end cost little (expected row >= 256), else 1.
+// XLAKERN_JITC_GATHER_ROUNDS = 1 or 4 forces it.
+int gather_rounds(int64_t ntable, int64_t gcols) {
+  if (const int rounds = forced("XLAKERN_JITC_GATHER_ROUNDS", {1, 4})) return rounds;
+  return expected_row(ntable, gcols) >= 256.0 ? 4 : 1;
+}
+
+// Draws a scatter team takes a round (T warps x U rounds x 32 lanes): near the expected row, so most
+// rows are one dependent round, without many draws past their end: 32 (one warp, one round) below 48
+// synapses, 128 (one warp, 4 rounds) below 192, 512 (4 warps) below 768, else 1024 (8 warps).
+// XLAKERN_JITC_SCATTER_DRAWS = 32, 128, 512 or 1024 forces it.
+int scatter_draws(int64_t ntable, int64_t gcols) {
+  if (const int draws = forced("XLAKERN_JITC_SCATTER_DRAWS", {32, 128, 512, 1024})) return draws;
+  const double per_row = expected_row(ntable, gcols);
+  return per_row < 48.0 ? 32 : (per_row < 192.0 ? 128 : (per_row < 768.0 ? 512 : 1024));
+}
+
+// Rows a scatter block reads: the most (up to one a thread) that still leaves about 8 blocks an SM, so
+// that a block rarely draws more than one or two of the active rows while others sit idle.
+int scatter_rows(int64_t grows, int64_t batch_chunks) {
+  const int64_t want_blocks = int64_t(gpu_limits().sms) * 8;
+  int rows = 1;
+  while (rows < kScatterThreads && (grows + 2 * rows - 1) / (2 * rows) * batch_chunks >= want_blocks) rows *= 2;
+  return rows;
+}
+
+template <int T, int U, typename A, typename S, bool Binary>
+void launch_scatter(const Gen& g, const A* p, const A* q, const S* v, A* o, int64_t batch, SpikeRule<S, Binary> rule,
+                    unsigned chunks, cudaStream_t st) {
+  const int rows = scatter_rows(g.grows, chunks);
+  const dim3 grid(unsigned((g.grows + rows - 1) / rows), chunks);
+  scatter_kernel<T, U><<<grid, kScatterThreads, 0, st>>>(g, p, q, v, o, batch, rule, rows);
 }
 
 // Shared memory an mv gather block asks for at most: two such blocks fit an H100 or H200 SM.
@@ -271,14 +400,12 @@ constexpr int64_t kMvSharedBudget = 96 * 1024;
 
 // Launches gather_mv_kernel<G>: `cached` table entries and, for binary spikes that fit beside them,
 // the bitmask in shared memory; as many resident blocks as fit the GPU (no more than the rows need).
-template <int G, typename A, typename S, bool Binary>
+template <int G, int U, typename A, typename S, bool Binary>
 void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
                       cudaStream_t st) {
-  int dev = 0, sms = 0, optin = 0;
-  XK_CUDA_CHECK(cudaGetDevice(&dev));  // (cudaStreamGetDevice is refused while XLA captures a graph)
-  XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  XK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  auto* kernel = gather_mv_kernel<G, A, S, Binary>;
+  const GpuLimits gpu = gpu_limits();
+  const int sms = gpu.sms, optin = gpu.smem_optin;
+  auto* kernel = gather_mv_kernel<G, U, A, S, Binary>;
   int64_t budget = std::min<int64_t>(optin, kMvSharedBudget);
   if (budget > 48 * 1024 &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(budget)) != cudaSuccess) {
@@ -333,7 +460,6 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   // threads per generated row: the scatter's thread reads one row's spikes (its warp walks the
   // active rows); the gather's are the row's lanes
   const int lanes = transpose ? 1 : gather_lanes(g.ntable, grows, gcols);
-  const int rounds = transpose ? scatter_rounds(g.ntable, gcols) : 1;
   const dim3 grid(blocks_for(grows * lanes), chunks);
   auto run = [&](auto tag) {
     using A = typename decltype(tag)::type;
@@ -344,12 +470,18 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       const S* v = spikes.data_ptr<S>();
       A* o = out.data_ptr<A>();
       if (transpose) {
-        if (rounds == 4) scatter_kernel<4><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
-        else scatter_kernel<1><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+        switch (scatter_draws(g.ntable, gcols)) {
+          case 1024: launch_scatter<8, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
+          case 512: launch_scatter<4, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
+          case 128: launch_scatter<1, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
+          default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, st); break;
+        }
       } else if (batch == 1) {
-        if (lanes == 32) launch_gather_mv<32>(g, p, q, v, o, rule, st);
-        else if (lanes == 8) launch_gather_mv<8>(g, p, q, v, o, rule, st);
-        else launch_gather_mv<1>(g, p, q, v, o, rule, st);
+        const int mv_rounds = lanes == 32 ? gather_rounds(g.ntable, gcols) : 1;
+        if (lanes == 32 && mv_rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, st);
+        else if (lanes == 32) launch_gather_mv<32, 1>(g, p, q, v, o, rule, st);
+        else if (lanes == 8) launch_gather_mv<8, 1>(g, p, q, v, o, rule, st);
+        else launch_gather_mv<1, 1>(g, p, q, v, o, rule, st);
       } else if (lanes == 32) {
         gather_kernel<32><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
       } else if (lanes == 8) {
