@@ -53,12 +53,15 @@ XK_HOST_DEVICE inline int64_t skip_of(uint32_t h, const Table& table, int64_t n,
   // (n <= 2^25, MAX_SKIP_TABLE, so the counts fit an int; the GPU's fast log is close enough for
   // an estimate, which only decides where the exact comparisons start)
 #ifdef __CUDA_ARCH__
-  const float est = __logf((float(h) + 0.5f) * 2.3283064365386963e-10f) * inv_log_keep;
+  // the GPU's base-2 log with no care for subnormals (x >= 2^-33 here), one instruction
+  float log2_x;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(fmaf(float(h), 2.3283064365386963e-10f, 1.1641532182693481e-10f)));
+  const float est = log2_x * (0.69314718f * inv_log_keep);
 #else
   const float est = logf((float(h) + 0.5f) * 2.3283064365386963e-10f) * inv_log_keep;
 #endif
   const int32_t m = int32_t(n);
-  int32_t c = est <= 0.f ? 0 : (est >= float(m) ? m : int32_t(est));
+  int32_t c = int32_t(fminf(fmaxf(est, 0.f), float(m)));  // est in [0, m] (m <= 2^25 is exact in a float)
   const bool next_low = c == m || table[m - c - 1] <= h;
   const bool this_high = c == 0 || table[m - c] > h;
   if (next_low && this_high) return 1 + c;  // the estimate was right (almost always)

@@ -89,6 +89,17 @@ struct Weights {
   }
 };
 
+// One step of an inclusive scan over a group of G lanes: x plus the x of the lane d below, where that
+// lane is in the group. The shuffle's own predicate says so, which saves a compare and a select a step.
+template <int G>
+__device__ __forceinline__ int32_t scan_step(int32_t x, unsigned d, unsigned mask) {
+  int32_t sum = x;
+  asm("{\n\t.reg .s32 t;\n\t.reg .pred p;\n\tshfl.sync.up.b32 t|p, %1, %2, %3, %4;\n\t@p add.s32 %0, t, %0;\n\t}"
+      : "+r"(sum)
+      : "r"(x), "r"(d), "r"((32 - G) << 8), "r"(mask));
+  return sum;
+}
+
 // for_each_synapse, walked by G lanes: round t covers draws k = t G + sub. A lane's column is the
 // previous round's last column plus the inclusive scan of the round's skips, the same int64 sums
 // the one-thread walk makes. Columns grow with the lane, so the lanes at gcols or past it are the
@@ -110,10 +121,7 @@ __device__ inline void walk_row(Lanes<G> lanes, uint32_t key, int64_t gcols, con
 #pragma unroll
     for (int d = 1; d < G; d <<= 1) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int32_t below = __shfl_up_sync(lanes.mask, prefix[u], unsigned(d), G);
-        if (lanes.sub >= d) prefix[u] += below;
-      }
+      for (int u = 0; u < U; ++u) prefix[u] = scan_step<G>(prefix[u], unsigned(d), lanes.mask);
     }
     bool inside = true;
 #pragma unroll
@@ -151,10 +159,7 @@ __device__ inline void walk_row_team(int64_t (*totals)[U * T], int barrier, int 
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int32_t below = __shfl_up_sync(kFullWarp, prefix[u], unsigned(d));
-        if (lane >= d) prefix[u] += below;
-      }
+      for (int u = 0; u < U; ++u) prefix[u] = scan_step<32>(prefix[u], unsigned(d), kFullWarp);
     }
     if (lane == 31) {
 #pragma unroll
@@ -395,8 +400,11 @@ void launch_scatter(const Gen& g, const A* p, const A* q, const S* v, A* o, int6
   scatter_kernel<T, U><<<grid, kScatterThreads, 0, st>>>(g, p, q, v, o, batch, rule, rows);
 }
 
-// Shared memory an mv gather block asks for at most: two such blocks fit an H100 or H200 SM.
-constexpr int64_t kMvSharedBudget = 96 * 1024;
+// Shared memory an mv gather block asks for at most: two such blocks fit an H100 or H200 SM (228 KiB,
+// 1 KiB of it reserved a block). The bitmask takes what it needs (every draw tests a spike) and leaves
+// at least kMvMinTable entries of the table's short end (where nearly all look-ups land).
+constexpr int64_t kMvSharedBudget = 110 * 1024;
+constexpr int64_t kMvMinTable = 2048;
 
 // Launches gather_mv_kernel<G>: `cached` table entries and, for binary spikes that fit beside them,
 // the bitmask in shared memory; as many resident blocks as fit the GPU (no more than the rows need).
@@ -413,7 +421,7 @@ void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, Sp
     budget = 48 * 1024;
   }
   int64_t bits = Binary ? (g.gcols + 31) / 32 : 0;
-  if (bits * 4 > budget / 2) bits = 0;  // the spikes are read from global memory then
+  if ((bits + kMvMinTable) * 4 > budget) bits = 0;  // the spikes are read from global memory then
   const int64_t cached = std::min<int64_t>(g.ntable, (budget - bits * 4) / 4);
   const size_t smem = size_t(cached + bits) * 4;
   int per_sm = 1;
