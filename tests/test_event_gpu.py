@@ -179,3 +179,21 @@ def test_jitc_gpu_scatter_and_gather_multiply_by_the_materialised_matrix(letter,
                                                    f"batch={batch} {knobs}")
                     for var in KNOB_VARS:
                         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.parametrize("letter", "sun")
+def test_jitc_gpu_wide_binary_gather_matches_the_cpu(letter):
+    """Binary spikes over more columns than shared memory holds as bits (1.2M): the mv gather reads
+    them from global memory. Its product equals the CPU's (float32 sums, so to rounding)."""
+    cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
+    rng = np.random.default_rng()
+    seed, shape, prob = int(rng.integers(0, 2**31)), (300, 1_200_007), 2e-4  # ~240 synapses a row
+    ws = {"s": (-0.4,), "u": (-0.2, 0.7), "n": (0.1, 0.3)}[letter]
+    s = rng.random(shape[1]) < 0.05
+    name = "binary_jit" + letter + "mv"
+    with jax.default_device(cpu):
+        want = np.asarray(getattr(xlakern, name)(*ws, prob, s, seed, shape=shape), np.float64)
+    with jax.default_device(gpu):
+        got = np.asarray(getattr(xlakern, name)(*ws, prob, s, seed, shape=shape), np.float64)
+    assert np.count_nonzero(want) > shape[0] // 2  # most rows meet an active spike
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

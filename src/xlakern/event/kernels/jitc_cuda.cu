@@ -4,7 +4,7 @@
 //   inclusive scan of the group's skips gives each lane its column, and the round that passes gcols
 //   is the last. The draws, the integers and the float arithmetic are for_each_synapse's, so the
 //   synapses and weights are the same bits; only the order of the adds differs.
-//   gather   G lanes per generated row (and chunk of up to kChunk batch columns), G = 1, 8 or 32
+//   gather   G lanes per generated row (and chunk of up to 16 batch columns), G = 1, 8 or 32
 //            from the expected row length and the row count (gather_lanes): each lane sums
 //            w * f(v[col]) over its synapses in registers, then the group adds its lanes' sums.
 //            (G = 1 adds in the CPU's order.) One spike column (mv) takes gather_mv_kernel:
@@ -34,7 +34,7 @@ using namespace xk_event;
 using namespace xk_jitc;
 
 constexpr int kThreads = 128;
-constexpr int kChunk = 8;  // batch columns one thread carries in registers
+constexpr int kChunk = 8;  // batch columns a scatter thread carries in registers
 constexpr unsigned kFullWarp = 0xffffffffu;
 
 // The seed may be traced, so it lives on the device: each thread reads it (one cached load)
@@ -185,29 +185,41 @@ __device__ inline void walk_row_team(int64_t (*totals)[U * T], int barrier, int 
   }
 }
 
-// G lanes per generated row; block b, thread t: row (b kThreads + t) / G, batch chunk blockIdx.y.
+// G lanes per generated row; block b, thread t: row (b kThreads + t) / G, batch chunk blockIdx.y of
+// kGatherChunk columns. A row is walked once per chunk, so the chunk is wide (16 columns: a batch of 16
+// walks each row once); a synapse's weight is drawn only when one of its chunk's spikes is active.
+constexpr int kGatherChunk = 16;
+
 template <int G, typename A, typename S, bool Binary>
 __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, A* out, int64_t batch,
                               SpikeRule<S, Binary> rule) {
   const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / G;
-  const int64_t j0 = int64_t(blockIdx.y) * kChunk;
+  const int64_t j0 = int64_t(blockIdx.y) * kGatherChunk;
   if (r >= g.grows) return;  // the whole group: its lanes share r
-  const int nb = int(batch - j0 < kChunk ? batch - j0 : kChunk);
+  const int nb = int(batch - j0 < kGatherChunk ? batch - j0 : kGatherChunk);
   const Lanes<G> lanes = Lanes<G>::of_thread();
-  A acc[kChunk];
+  A acc[kGatherChunk];
 #pragma unroll
-  for (int j = 0; j < kChunk; ++j) acc[j] = A(0);
+  for (int j = 0; j < kGatherChunk; ++j) acc[j] = A(0);
   const Weights<A> wt(params, g.kind, q);
   const uint32_t key = row_key(*g.seed, uint32_t(r));
   walk_row<G, 1>(lanes, key, g.gcols, g.table, g.ntable, inv_log_keep_of(g.table, g.ntable), [&](int64_t c, uint32_t k) {
     const S* s = spk + c * batch + j0;
+    S sv[kGatherChunk];
+    bool any = false;
+#pragma unroll
+    for (int j = 0; j < kGatherChunk; ++j) {
+      sv[j] = j < nb ? s[j] : S(0);  // a zero spike is inactive under both rules
+      any = any || rule.active(sv[j]);
+    }
+    if (!any) return;
     const A w = wt.of(key, k);
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j)
-      if (j < nb && rule.active(s[j])) acc[j] += w * rule.template value<A>(s[j]);
+    for (int j = 0; j < kGatherChunk; ++j)
+      if (rule.active(sv[j])) acc[j] += w * rule.template value<A>(sv[j]);
   });
 #pragma unroll
-  for (int j = 0; j < kChunk; ++j) {
+  for (int j = 0; j < kGatherChunk; ++j) {
     if (j < nb) {
 #pragma unroll
       for (int d = G / 2; d > 0; d >>= 1) acc[j] += __shfl_down_sync(lanes.mask, acc[j], unsigned(d), G);
@@ -408,6 +420,8 @@ constexpr int64_t kMvMinTable = 2048;
 
 // Launches gather_mv_kernel<G>: `cached` table entries and, for binary spikes that fit beside them,
 // the bitmask in shared memory; as many resident blocks as fit the GPU (no more than the rows need).
+// Beyond ~880k columns the spikes are read from global memory, and the table's copy still serves the
+// short skips (a 4M-column table is 1.1M entries long: the copy takes about 40% of the look-ups).
 template <int G, int U, typename A, typename S, bool Binary>
 void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
                       cudaStream_t st) {
@@ -421,7 +435,7 @@ void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, Sp
     budget = 48 * 1024;
   }
   int64_t bits = Binary ? (g.gcols + 31) / 32 : 0;
-  if ((bits + kMvMinTable) * 4 > budget) bits = 0;  // the spikes are read from global memory then
+  if ((bits + kMvMinTable) * 4 > budget) bits = 0;
   const int64_t cached = std::min<int64_t>(g.ntable, (budget - bits * 4) / 4);
   const size_t smem = size_t(cached + bits) * 4;
   int per_sm = 1;
@@ -464,11 +478,9 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   if (transpose) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
   if (grows == 0) return;
   const Gen g{seed.data_ptr<uint32_t>(), table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
-  const unsigned chunks = unsigned((batch + kChunk - 1) / kChunk);
-  // threads per generated row: the scatter's thread reads one row's spikes (its warp walks the
-  // active rows); the gather's are the row's lanes
+  const unsigned chunks = unsigned((batch + kChunk - 1) / kChunk);  // the scatter's
   const int lanes = transpose ? 1 : gather_lanes(g.ntable, grows, gcols);
-  const dim3 grid(blocks_for(grows * lanes), chunks);
+  const dim3 grid(blocks_for(grows * lanes), unsigned((batch + kGatherChunk - 1) / kGatherChunk));  // the mm gather's
   auto run = [&](auto tag) {
     using A = typename decltype(tag)::type;
     dispatch_spikes(spikes, binary, acc, [&](auto stag, auto rule) {
@@ -485,8 +497,8 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
           default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, st); break;
         }
       } else if (batch == 1) {
-        const int mv_rounds = lanes == 32 ? gather_rounds(g.ntable, gcols) : 1;
-        if (lanes == 32 && mv_rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, st);
+        const int rounds = lanes == 32 ? gather_rounds(g.ntable, gcols) : 1;
+        if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, st);
         else if (lanes == 32) launch_gather_mv<32, 1>(g, p, q, v, o, rule, st);
         else if (lanes == 8) launch_gather_mv<8, 1>(g, p, q, v, o, rule, st);
         else launch_gather_mv<1, 1>(g, p, q, v, o, rule, st);
