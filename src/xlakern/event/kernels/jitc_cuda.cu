@@ -142,15 +142,19 @@ __device__ inline void team_sync(int id, int threads) { asm volatile("bar.sync %
 // draws, u-th block of T 32 first, and inside it warp w's 32. Each warp scans its own 32 skips per u,
 // publishes the 32-draw totals in `totals` (two halves alternate between rounds, so a round's writes
 // never meet the previous round's reads: one barrier a round), and adds the totals before its own.
+// `half` carries the alternation from one row to the team's next, which a fast warp may start while
+// a slow one still reads the last round's totals.
 // The same skips summed in the same draw order as walk_row, in int64: the same columns, so the same
 // synapses; a long row then costs U T 32 draws per dependent round, spread over T warps.
 template <int T, int U, typename Table, typename F>
-__device__ inline void walk_row_team(int64_t (*totals)[U * T], int barrier, int warp_in_team, uint32_t key,
-                                     int64_t gcols, const Table& table, int64_t ntable, float inv_log_keep, F&& f) {
+__device__ inline void walk_row_team(int64_t (*totals)[U * T], uint32_t& half, int barrier, int warp_in_team,
+                                     uint32_t key, int64_t gcols, const Table& table, int64_t ntable,
+                                     float inv_log_keep, F&& f) {
   static_assert(U * T <= 32, "a team round's totals are scanned by one warp");
   const int lane = int(threadIdx.x) & 31;
   int64_t base = -1;
-  for (uint32_t k0 = 0, half = 0;; k0 += uint32_t(U * T * 32), half ^= 1u) {
+  for (uint32_t k0 = 0;; k0 += uint32_t(U * T * 32)) {
+    half ^= 1u;
     int32_t prefix[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -312,6 +316,7 @@ __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, cons
   const float inv_log_keep = inv_log_keep_of(g.table, g.ntable);
   const Weights<A> wt(params, g.kind, q);
   const int team = warp / T;
+  uint32_t half = 0;  // walk_row_team's alternation of its totals' halves, kept across the team's rows
   for (int i = team; i < listed_n; i += kTeams) {
     const int64_t r = r0 + listed[i];
     const uint32_t key = row_key(seed, uint32_t(r));
@@ -329,7 +334,8 @@ __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, cons
     if constexpr (T == 1)
       walk_row<32, U>(Lanes<32>::of_thread(), key, g.gcols, g.table, g.ntable, inv_log_keep, add);
     else
-      walk_row_team<T, U>(totals[team], 1 + team, warp % T, key, g.gcols, g.table, g.ntable, inv_log_keep, add);
+      walk_row_team<T, U>(totals[team], half, 1 + team, warp % T, key, g.gcols, g.table, g.ntable, inv_log_keep,
+                          add);
   }
 }
 
