@@ -22,6 +22,8 @@ Columns:
 each for xlakern and BrainEvent 0.3 (when ``import brainevent`` works; its CPU kernels are Numba);
 ``jax.experimental.sparse`` BCSR (``BCSR.T @ s`` as float32), and cuSPARSE through CuPy
 (``csr.T @ s``; a Python loop of 100 calls timed with CUDA events; GPU only, when cupy imports).
+loop alone: the same 100-step loop with the product left out (the spikes of each step and the carry):
+what every column's step pays before any library's kernel runs.
 floor: bytes the scatter must touch (indices + weights of the active rows, the output written,
 the spikes read) / the copy bandwidth measured here (a jitted copy of a 1 GiB array).
 Results are checked: xlakern's against the jnp reference backend (N <= 400k) and BrainEvent's.
@@ -195,13 +197,16 @@ def section(platform: str, args) -> list[Table]:
     headers = ["N", "active"]
     for c in COLUMNS:
         headers += [f"xlakern {c}", f"{be_name} {c}", "BE / xk"]
-    headers += ["BCSR s @ M"] + (["cuSPARSE s @ M"] if platform == "gpu" else []) + ["floor", "xk / floor", "check"]
+    headers += ["BCSR s @ M"] + (["cuSPARSE s @ M"] if platform == "gpu" else []) + ["loop alone", "floor", "xk / floor",
+                                                                                     "check"]
     table = Table(f"event_{platform}", f"Event-driven products per step, {platform} ({device.device_kind})", headers,
                   note=(f"Per call inside a jitted {STEPS}-step fori_loop under enable_cuda_graph_loops() (spikes hashed "
                         "from the step counter); " if args.graph_loops else
                         f"Per call inside a jitted {STEPS}-step scan (unroll={UNROLL}); ") +
                        f"K = {K}; float32 weights, int32 indices. "
-                       f"floor = scatter bytes / copy bandwidth ({bw / 1e9:.0f} GB/s measured).")
+                       f"loop alone = the same loop with the product left out (each step's spikes and the carry, "
+                       f"which every column pays too). floor = scatter bytes / copy bandwidth ({bw / 1e9:.0f} GB/s "
+                       f"measured).")
     with jax.default_device(device):
         for n in sizes:
             w, idx, ptr = connectivity(n)
@@ -244,6 +249,10 @@ def section(platform: str, args) -> list[Table]:
                     cc, ct = cusparse_cell(w, idx, ptr, n, S, max(3, args.runs // 4))
                     cells.append(cc)
                     data["cusparse_s"] = ct
+                lc, lt, _ = per_step_cell(lambda: scan_loop((lambda s, M: s.astype(jnp.float32), None), n, hashed), S,
+                                          args.runs, args.budget)
+                cells.append(lc)
+                data["loop_s"] = lt
                 fl = floor_bytes(n, rate) / bw
                 cells += [fmt_t(fl), ratio(xk_scatter, fl)]
                 data["floor_s"] = fl
