@@ -68,10 +68,10 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
 }
 
 // Binary gather when the spike vector fits in shared memory as bits: every block packs the spikes
-// into a bitmask once (a thread per 32 columns), then its warps walk rows, a warp per row, testing
-// each synapse's column in shared memory (see the loop for how rows are shared out). The random spike reads of the plain gather (a 32-byte L2
-// sector for each synapse's one-byte spike) become shared-memory reads, and two rows' index loads
-// are issued, four a lane each, before their tests.
+// into a bitmask once (a thread per 32 columns), then each warp walks its share of the rows, two at
+// a time, testing each synapse's column in shared memory (the loop below says how). The random spike
+// reads of the plain gather (a 32-byte L2 sector for each synapse's one-byte spike) become
+// shared-memory reads.
 constexpr int kBitsThreads = 1024;
 
 template <typename W, typename I, typename S>

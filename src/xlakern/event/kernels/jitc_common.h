@@ -149,4 +149,20 @@ XK_HOST_DEVICE inline void for_each_synapse(uint32_t seed, int64_t r, int64_t gc
   }
 }
 
+// The checks both platforms' entry points run before touching memory (Python validated already; these
+// keep a direct FFI call from reading out of bounds). Not part of the generator: nothing to mirror.
+inline void check_args(const xk::Tensor& params, const xk::Tensor& seed, const xk::Tensor& table,
+                       const xk::Tensor& qtable, const xk::Tensor& out, int64_t kind) {
+  const xk::DType acc = params.dtype();
+  XK_CHECK(acc == xk::DType::Float32 || acc == xk::DType::Float64) << "params must be float32 or float64";
+  XK_CHECK(out.dtype() == acc) << "output dtype must match params";
+  XK_CHECK(params.numel() == 2) << "params must hold (a, b)";
+  XK_CHECK(seed.numel() == 1 && seed.dtype() == xk::DType::UInt32) << "seed must be one uint32";
+  XK_CHECK(table.dtype() == xk::DType::UInt32) << "skip table must be uint32";
+  XK_CHECK(table.numel() <= kMaxSkipTable)
+      << "skip table longer than " << kMaxSkipTable << " entries (prob too small)";
+  XK_CHECK(kind != kNormal || qtable.numel() == 65537) << "normal quantile table must have 65537 entries";
+  XK_CHECK(qtable.dtype() == acc) << "quantile table dtype must match params";
+}
+
 }  // namespace xk_jitc

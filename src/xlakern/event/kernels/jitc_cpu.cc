@@ -57,26 +57,13 @@ void scatter(const Gen& g, A a, A b, const A* q, const S* spk, A* out, int64_t b
   }
 }
 
-void check_common(const xk::Tensor& params, const xk::Tensor& seed, const xk::Tensor& table, const xk::Tensor& qtable,
-                  const xk::Tensor& out, int64_t kind) {
-  XK_CHECK(params.dtype() == DType::Float32 || params.dtype() == DType::Float64) << "params must be float32 or float64";
-  XK_CHECK(out.dtype() == params.dtype()) << "output dtype must match params";
-  XK_CHECK(params.numel() == 2) << "params must hold (a, b)";
-  XK_CHECK(seed.numel() == 1 && seed.dtype() == DType::UInt32) << "seed must be one uint32";
-  XK_CHECK(table.dtype() == DType::UInt32) << "skip table must be uint32";
-  XK_CHECK(table.numel() <= kMaxSkipTable)
-      << "skip table longer than " << kMaxSkipTable << " entries (prob too small)";
-  XK_CHECK(kind != kNormal || qtable.numel() == 65537) << "normal quantile table must have 65537 entries";
-  XK_CHECK(qtable.dtype() == params.dtype()) << "quantile table dtype must match params";
-}
-
 }  // namespace
 
 // @xk jitc_mv arg arg arg arg arg ret attr.grows:int64 attr.gcols:int64 attr.kind:int64 attr.transpose:bool attr.binary:bool
 void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor table, const xk::Tensor qtable,
              const xk::Tensor spikes, xk::Tensor out, int64_t grows, int64_t gcols, int64_t kind, bool transpose,
              bool binary) {
-  check_common(params, seed, table, qtable, out, kind);
+  check_args(params, seed, table, qtable, out, kind);
   const DType acc = params.dtype();
   const int64_t batch = batch_of(spikes);
   XK_CHECK(spikes.numel() == (transpose ? grows : gcols) * batch) << "spike count does not match the matrix";
@@ -99,7 +86,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
 // @xk jitc_dense arg arg arg arg ret attr.kind:int64
 void jitc_dense(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor table, const xk::Tensor qtable,
                 xk::Tensor out, int64_t kind) {
-  check_common(params, seed, table, qtable, out, kind);
+  check_args(params, seed, table, qtable, out, kind);
   const DType acc = params.dtype();
   XK_CHECK(out.ndim() == 2) << "output must be a matrix";
   const int64_t grows = out.shape(0), gcols = out.shape(1);

@@ -454,18 +454,6 @@ void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, Sp
   kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, cached, bits);
 }
 
-void check_common(const xk::Tensor& params, const xk::Tensor& seed, const xk::Tensor& table,
-                  const xk::Tensor& qtable, int64_t kind) {
-  const DType acc = params.dtype();
-  XK_CHECK(acc == DType::Float32 || acc == DType::Float64) << "params must be float32 or float64";
-  XK_CHECK(params.numel() == 2) << "params must hold (a, b)";
-  XK_CHECK(seed.numel() == 1 && seed.dtype() == DType::UInt32) << "seed must be one uint32";
-  XK_CHECK(table.dtype() == DType::UInt32) << "skip table must be uint32";
-  XK_CHECK(table.numel() <= kMaxSkipTable)
-      << "skip table longer than " << kMaxSkipTable << " entries (prob too small)";
-  XK_CHECK(kind != kNormal || qtable.numel() == 65537) << "normal quantile table must have 65537 entries";
-  XK_CHECK(qtable.dtype() == acc) << "quantile table dtype must match params";
-}
 
 }  // namespace
 
@@ -474,9 +462,8 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
              const xk::Tensor spikes, xk::Tensor out, int64_t grows, int64_t gcols, int64_t kind, bool transpose,
              bool binary, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
-  check_common(params, seed, table, qtable, kind);
+  check_args(params, seed, table, qtable, out, kind);
   const DType acc = params.dtype();
-  XK_CHECK(out.dtype() == acc) << "output dtype must match params";
   const int64_t batch = batch_of(spikes);
   XK_CHECK(spikes.numel() == (transpose ? grows : gcols) * batch) << "spike count does not match the matrix";
   XK_CHECK(out.numel() == (transpose ? gcols : grows) * batch) << "output size does not match the matrix";
@@ -526,8 +513,8 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
 void jitc_dense(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor table, const xk::Tensor qtable,
                 xk::Tensor out, int64_t kind, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
-  check_common(params, seed, table, qtable, kind);
-  XK_CHECK(out.dtype() == params.dtype() && out.ndim() == 2) << "output must be a matrix of the params' dtype";
+  check_args(params, seed, table, qtable, out, kind);
+  XK_CHECK(out.ndim() == 2) << "output must be a matrix";
   if (out.numel() == 0) return;
   XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
   const Gen g{seed.data_ptr<uint32_t>(), table.data_ptr<uint32_t>(), table.numel(), out.shape(0), out.shape(1), kind};
