@@ -49,6 +49,30 @@ def test_large_csr_and_fcn_both_orientations(rng, rate):
     np.testing.assert_allclose(np.asarray(out), expect_gather, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_binary_gather_wider_than_shared_memory(rng, index_dtype):
+    """2,000,003 columns: the spikes as bits (250 KB) exceed a block's shared memory, so the binary mv
+    gather packs them into its scratch output and tests them there. CSR and fixed-count rows, against
+    numpy in float64; a jitted loop reuses the scratch, so each step's product is checked too."""
+    nrows, ncols, k = 3000, 2_000_003, 40
+    idx = rng.integers(0, ncols, size=(nrows, k)).astype(index_dtype)
+    idx[:, -1] = ncols - 1  # the last word's last column
+    data = rng.standard_normal((nrows, k)).astype(np.float32)
+    ptr = np.arange(0, nrows * k + 1, k).astype(index_dtype)
+    S = rng.random((3, ncols)) < 0.3
+    expect = np.stack([(data.astype(np.float64) * s[idx]).sum(1) for s in S])
+    with jax.enable_x64(index_dtype == np.int64):  # else jnp would narrow the int64 indices
+        i1, p1 = jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr)
+        assert i1.dtype == index_dtype
+        got = xlakern.binary_csrmv(data.reshape(-1), i1, p1, S[0], shape=(nrows, ncols))
+        np.testing.assert_allclose(np.asarray(got), expect[0], rtol=1e-4, atol=1e-3)
+        got = xlakern.binary_fcnmv(data, jnp.asarray(idx), S[1], shape=(nrows, ncols))
+        np.testing.assert_allclose(np.asarray(got), expect[1], rtol=1e-4, atol=1e-3)
+        W = xlakern.CSR((jnp.asarray(data.reshape(-1)), i1, p1), shape=(nrows, ncols))
+        ys = jax.jit(lambda W, S: jax.lax.map(lambda s: W @ xlakern.BinaryArray(s), S))(W, S)
+        np.testing.assert_allclose(np.asarray(ys), expect, rtol=1e-4, atol=1e-3)
+
+
 def test_jitted_loop_clears_outputs_every_step(rng):
     """A 100-step scan: each step's scatter output must start from zero (buffers are reused)."""
     n, k, steps = 3000, 20, 100

@@ -25,7 +25,7 @@ from jax.interpreters import ad
 
 from .. import XLACustomKernel, load_cpp_file, load_cuda_file
 from ._errors import EventShapeError
-from ._kernels import KERNEL_DIR, SDS, spike_factor
+from ._kernels import KERNEL_DIR, SDS, bits_scratch, spike_factor
 
 KINDS = {"s": 0, "u": 1, "n": 2}
 QTABLE_SIZE = 65537
@@ -169,11 +169,15 @@ class _JitcKind:
     def _register_product(self, op, binary):
         kind = self.kind
 
-        def compiled(module_fn):
+        def compiled(module_fn, scratch: bool):
             def generator(outs, transpose, shape):
                 def run(params, seed, table, qtable, v):
-                    return module_fn().jitc_mv(params, seed, table, qtable, v, outs=outs[0], grows=shape[0],
-                                               gcols=shape[1], kind=kind, transpose=transpose, binary=binary)
+                    kw = dict(grows=shape[0], gcols=shape[1], kind=kind, transpose=transpose, binary=binary)
+                    if not scratch:
+                        return module_fn().jitc_mv(params, seed, table, qtable, v, outs=outs[0], **kw)
+                    out, _ = module_fn().jitc_mv(params, seed, table, qtable, v,
+                                                 outs=[outs[0], bits_scratch(v, shape[1], transpose, binary)], **kw)
+                    return out
                 return run
             return generator
 
@@ -183,8 +187,8 @@ class _JitcKind:
                                          transpose=transpose, binary=binary)
             return run
 
-        op.def_cpp_kernel(compiled(cpu_module))
-        op.def_cuda_kernel(compiled(cuda_module))
+        op.def_cpp_kernel(compiled(cpu_module, scratch=False))
+        op.def_cuda_kernel(compiled(cuda_module, scratch=True))
         for platform in ("cpu", "gpu", "tpu"):
             op.def_kernel("jnp", platform, reference)
         op.def_jvp_rule2(*self._jvp_rules(op))

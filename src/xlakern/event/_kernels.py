@@ -43,6 +43,14 @@ def acc_dtype(weight_dtype) -> jnp.dtype:
     return jnp.dtype(jnp.float64) if jnp.dtype(weight_dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
 
+def bits_scratch(spikes, ncols: int, transpose: bool, binary: bool) -> jax.ShapeDtypeStruct:
+    """The CUDA gathers' second output: room for binary spikes as bits (a word per 32 columns) when
+    they are one column (mv), else one word. XLA allocates it per call as a temporary; the kernel packs
+    the spikes there when the bitmask does not fit a block's shared memory (from ~1.8M columns)."""
+    words = (ncols + 31) // 32 if binary and not transpose and spikes.ndim == 1 else 1
+    return SDS((max(words, 1),), jnp.uint32)
+
+
 def spike_factor(spikes, binary: bool, dtype):
     """What a spike contributes: 1 where active (non-zero) for binary operators, else its value."""
     return (spikes != 0).astype(dtype) if binary else spikes.astype(dtype)
@@ -162,7 +170,7 @@ class _Family:
     def _register(self, op: XLACustomKernel, binary: bool) -> None:
         family = self.family
 
-        def compiled(module_fn):
+        def compiled(module_fn, scratch: bool):
             def generator(outs, transpose, shape=None):
                 def run(*args):
                     data, indices, indptr, spikes, nconn = self._split(args)
@@ -171,9 +179,12 @@ class _Family:
                         return mod.event_dense(data, spikes, outs=outs[0], transpose=transpose, binary=binary)
                     if indptr is None:  # fixed count per row: the kernel ignores indptr
                         indptr = jnp.zeros((1,), indices.dtype)
-                    return mod.event_sparse(data, indices.reshape(-1), indptr, spikes, outs=outs[0],
-                                            nrows=shape[0], ncols=shape[1], nconn=nconn,
-                                            transpose=transpose, binary=binary)
+                    kw = dict(nrows=shape[0], ncols=shape[1], nconn=nconn, transpose=transpose, binary=binary)
+                    if not scratch:
+                        return mod.event_sparse(data, indices.reshape(-1), indptr, spikes, outs=outs[0], **kw)
+                    out, _ = mod.event_sparse(data, indices.reshape(-1), indptr, spikes,
+                                              outs=[outs[0], bits_scratch(spikes, shape[1], transpose, binary)], **kw)
+                    return out
                 return run
             return generator
 
@@ -186,8 +197,8 @@ class _Family:
                                         binary=binary, nconn=nconn)
             return run
 
-        op.def_cpp_kernel(compiled(cpu_module))
-        op.def_cuda_kernel(compiled(cuda_module))
+        op.def_cpp_kernel(compiled(cpu_module, scratch=False))
+        op.def_cuda_kernel(compiled(cuda_module, scratch=True))
         for platform in ("cpu", "gpu", "tpu"):
             op.def_kernel("jnp", platform, reference)
         op.def_jvp_rule2(*self._jvp_rules(op, binary))

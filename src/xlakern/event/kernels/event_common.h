@@ -73,6 +73,29 @@ __device__ __forceinline__ uint32_t spike_word(const S* spk, int64_t c0, int64_t
   for (int i = 0; i < 32 && c0 + i < ncols; ++i) word |= uint32_t(rule.active(spk[c0 + i])) << i;
   return word;
 }
+
+// Binary spikes as words of bits in global memory (a thread per word), for the gathers whose bitmask
+// does not fit a block's shared memory: a random test then reads a bit of an array 8x smaller than a
+// one-byte spike vector (4M columns: 500 KB, half of it in an SM's L1), not a 32-byte L2 sector a test.
+template <typename S>
+__global__ void pack_bits_kernel(const S* __restrict__ spk, int64_t ncols, SpikeRule<S, true> rule,
+                                 uint32_t* __restrict__ bits) {
+  const int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (w < (ncols + 31) / 32) bits[w] = spike_word(spk, w * 32, ncols, rule);
+}
+
+template <typename S>
+void pack_bits(const S* spk, int64_t ncols, SpikeRule<S, true> rule, uint32_t* bits, cudaStream_t st) {
+  const int64_t words = (ncols + 31) / 32;
+  if (words > 0) pack_bits_kernel<<<unsigned((words + 255) / 256), 256, 0, st>>>(spk, ncols, rule, bits);
+}
+
+// The scratch words a gather may pack its spikes into (the entry points' second output): usable when
+// it is uint32 and holds one word per 32 columns, else nullptr (the caller then reads the spikes).
+inline uint32_t* bits_scratch(xk::Tensor& scratch, int64_t ncols) {
+  const bool fits = scratch.dtype() == DType::UInt32 && scratch.numel() >= (ncols + 31) / 32;
+  return fits ? scratch.data_ptr<uint32_t>() : nullptr;
+}
 #endif
 
 inline DType acc_dtype(DType w) { return w == DType::Float64 ? DType::Float64 : DType::Float32; }

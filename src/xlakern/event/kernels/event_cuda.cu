@@ -3,7 +3,8 @@
 //
 //   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced,
 //                   test the spike, read the weight only for active spikes, warp-reduce. Binary
-//                   spikes of an mv that fit in shared memory as bits are tested there instead.
+//                   spikes of an mv are tested as bits instead: in shared memory where they fit,
+//                   else in the call's scratch output (packed there first).
 //   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
 //                   lanes read the spikes coalesced, a ballot names the active rows, then the
 //                   whole warp walks each active row's synapses, 128 loads in flight a round, and
@@ -67,24 +68,30 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
   }
 }
 
-// Binary gather when the spike vector fits in shared memory as bits: every block packs the spikes
-// into a bitmask once (a thread per 32 columns), then each warp walks its share of the rows, two at
-// a time, testing each synapse's column in shared memory (the loop below says how). The random spike
-// reads of the plain gather (a 32-byte L2 sector for each synapse's one-byte spike) become
-// shared-memory reads.
+// Binary gather with the spikes as bits. When they fit in shared memory, every block packs the spikes
+// into a bitmask once (a thread per 32 columns); otherwise (Global) pack_bits has put them in a global
+// scratch array first, read through L1. Each warp walks its share of the rows, two at a time, testing
+// each synapse's column in the bitmask (the loop below says how). The random spike reads of the plain
+// gather (a 32-byte L2 sector for each synapse's one-byte spike) become shared-memory or L1 reads.
 constexpr int kBitsThreads = 1024;
 
-template <typename W, typename I, typename S>
+template <typename W, typename I, typename S, bool Global>
 __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
     const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
     typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
-    SpikeRule<S, true> rule) {
+    SpikeRule<S, true> rule, const uint32_t* __restrict__ global_bits) {
   using A = typename AccOf<W>::type;
   constexpr int U = sizeof(I) == 8 ? 2 : 4;  // index loads a lane issues per row and round
-  extern __shared__ uint32_t bits[];
-  const int64_t words = (ncols + 31) / 32;
-  for (int64_t w = threadIdx.x; w < words; w += blockDim.x) bits[w] = spike_word(spk, w * 32, ncols, rule);
-  __syncthreads();
+  extern __shared__ uint32_t shared_bits[];
+  if constexpr (!Global) {
+    const int64_t words = (ncols + 31) / 32;
+    for (int64_t w = threadIdx.x; w < words; w += blockDim.x) shared_bits[w] = spike_word(spk, w * 32, ncols, rule);
+    __syncthreads();
+  }
+  auto on_bit = [&](int64_t c) -> bool {
+    const uint32_t word = Global ? __ldg(global_bits + (c >> 5)) : shared_bits[c >> 5];
+    return (word >> (c & 31)) & 1u;
+  };
   const int lane = threadIdx.x & 31;
   const A w0 = homo ? A(widen(data[0])) : A(0);
   // Each warp takes a contiguous share of the rows, 32 at a time: one coalesced load brings the 32
@@ -129,7 +136,7 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int64_t c = int64_t(j[h][u]);
-          const bool on = uint64_t(c) < uint64_t(ncols) && ((bits[c >> 5] >> (c & 31)) & 1u);  // else dropped
+          const bool on = uint64_t(c) < uint64_t(ncols) && on_bit(c);  // else dropped
           w[h][u] = !on ? A(0) : (homo ? w0 : A(widen(data[begin[h] + o + u * 32 + lane])));
         }
       const int64_t out_row = g0 + i;
@@ -160,25 +167,42 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
   }
 }
 
-// Launches bitmask_gather_kernel when the bitmask fits this GPU's shared memory; false otherwise
-// (the caller then runs the plain gather).
+// Launches bitmask_gather_kernel with the bitmask in shared memory when it fits this GPU's, else in
+// `scratch` (packed first) when the caller has one; false otherwise (the caller then runs the plain gather).
 template <typename W, typename I, typename S>
 bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
                            int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
-                           SpikeRule<S, true> rule, cudaStream_t st) {
+                           SpikeRule<S, true> rule, uint32_t* scratch, cudaStream_t st) {
   const GpuLimits gpu = gpu_limits();
   const int sms = gpu.sms, optin = gpu.smem_optin;
   const int64_t smem = (ncols + 31) / 32 * 4;
-  if (smem + 1024 > optin) return false;
-  auto* k = bitmask_gather_kernel<W, I, S>;
-  if (smem > 48 * 1024 && cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
-    (void)cudaGetLastError();  // not allowed here: clear it and take the plain gather
-    return false;
+  const int64_t want = (nrows + 31) / 32;  // warps of 32 rows' bounds
+  auto* shared = bitmask_gather_kernel<W, I, S, false>;
+  if (smem + 1024 <= optin &&
+      (smem <= 48 * 1024 || cudaFuncSetAttribute(shared, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
+                                cudaSuccess)) {
+    // one block an SM: each block packs the whole bitmask, so more blocks would re-read the spikes
+    const int blocks = int(want < sms ? (want > 0 ? want : 1) : sms);
+    shared<<<blocks, kBitsThreads, size_t(smem), st>>>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule,
+                                                       nullptr);
+    return true;
   }
-  // one block an SM: each block packs the whole bitmask, so more blocks would re-read the spikes
-  const int64_t want = (nrows + 31) / 32;
-  const int blocks = int(want < sms ? (want > 0 ? want : 1) : sms);
-  k<<<blocks, kBitsThreads, size_t(smem), st>>>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule);
+  (void)cudaGetLastError();  // a refused opt-in: clear it
+  if (scratch == nullptr) return false;
+  pack_bits(spk, ncols, rule, scratch, st);
+  // The global variant re-reads nothing per block, so it fills every SM; its bit reads want L1 (no
+  // shared memory asked for: a hint, ignored where refused).
+  auto* global = bitmask_gather_kernel<W, I, uint8_t, true>;
+  if (cudaFuncSetAttribute(global, cudaFuncAttributePreferredSharedMemoryCarveout, 0) != cudaSuccess)
+    (void)cudaGetLastError();
+  int per_sm = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, global, kBitsThreads, 0) != cudaSuccess || per_sm < 1) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  const int blocks = int(std::min<int64_t>(std::max<int64_t>(want, 1), int64_t(sms) * per_sm));
+  global<<<blocks, kBitsThreads, 0, st>>>(data, idx, ptr, nullptr, out, nrows, ncols, nse, nconn, homo,
+                                          SpikeRule<uint8_t, true>{uint8_t(0xffu)}, scratch);
   return true;
 }
 
@@ -297,9 +321,10 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
 template <typename W, typename I, typename S, bool Binary>
 bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
                        int64_t nrows, int64_t ncols, int64_t batch, int64_t nse, int64_t nconn, bool homo,
-                       SpikeRule<S, Binary> rule, cudaStream_t st) {
+                       SpikeRule<S, Binary> rule, uint32_t* scratch, cudaStream_t st) {
   if constexpr (Binary) {
-    if (batch == 1) return launch_bitmask_gather(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule, st);
+    if (batch == 1)
+      return launch_bitmask_gather(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule, scratch, st);
   }
   return false;
 }
@@ -310,10 +335,12 @@ unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / 
 
 }  // namespace
 
-// @xk event_sparse arg arg arg arg ret attr.nrows:int64 attr.ncols:int64 attr.nconn:int64 attr.transpose:bool attr.binary:bool stream
+// `scratch` (uint32, one word per 32 columns, no contents expected) is where a binary mv gather too
+// wide for shared memory packs its spikes; any smaller array leaves it to read the spikes instead.
+// @xk event_sparse arg arg arg arg ret ret attr.nrows:int64 attr.ncols:int64 attr.nconn:int64 attr.transpose:bool attr.binary:bool stream
 void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Tensor indptr, const xk::Tensor spikes,
-                  xk::Tensor out, int64_t nrows, int64_t ncols, int64_t nconn, bool transpose, bool binary,
-                  int64_t stream) {
+                  xk::Tensor out, xk::Tensor scratch, int64_t nrows, int64_t ncols, int64_t nconn, bool transpose,
+                  bool binary, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   const int64_t batch = batch_of(spikes), nse = indices.numel();
   const bool homo = data.numel() == 1;
@@ -342,7 +369,8 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
                                                            spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
                                                            batch, nse, nconn, homo, rule, rows_per_warp);
         else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
-                                    out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule, st))
+                                    out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
+                                    bits_scratch(scratch, ncols), st))
           sparse_gather_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
                                                           spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
                                                           batch, nse, nconn, homo, rule);

@@ -8,8 +8,9 @@
 //            from the expected row length and the row count (gather_lanes): each lane sums
 //            w * f(v[col]) over its synapses in registers, then the group adds its lanes' sums.
 //            (G = 1 adds in the CPU's order.) One spike column (mv) takes gather_mv_kernel:
-//            resident blocks with the table's short end and binary spikes as bits in shared memory,
-//            4 rounds drawn at once on long rows, and a weight drawn only for an active spike.
+//            resident blocks with the table's short end and binary spikes as bits in shared memory
+//            (in the call's scratch output where too wide), 4 rounds drawn at once on long rows, and
+//            a weight drawn only for an active spike.
 //   scatter  a block per few generated rows lists those with an active spike in the chunk; teams
 //            of 1, 4 or 8 warps walk them (walk_row_team: a team round is about one expected row),
 //            each lane atomicAdd-ing its synapse into the output (zeroed first here). Rows with no
@@ -241,7 +242,7 @@ constexpr int kMvThreads = 512;
 template <int G, int U, typename A, typename S, bool Binary>
 __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
                                                                A* out, SpikeRule<S, Binary> rule, int64_t cached,
-                                                               int64_t bits) {
+                                                               int64_t bits, const uint32_t* __restrict__ global_bits) {
   extern __shared__ uint32_t smem[];
   const TableView table = cache_table(g, smem, cached);
   uint32_t* mask = smem + cached;
@@ -261,6 +262,10 @@ __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* p
     if (Binary && bits > 0) {
       walk_row<G, U>(lanes, key, g.gcols, table, g.ntable, inv_log_keep, [&](int64_t c, uint32_t k) {
         if ((mask[c >> 5] >> (c & 31)) & 1u) acc += wt.of(key, k);
+      });
+    } else if (Binary && global_bits != nullptr) {
+      walk_row<G, U>(lanes, key, g.gcols, table, g.ntable, inv_log_keep, [&](int64_t c, uint32_t k) {
+        if ((__ldg(global_bits + (c >> 5)) >> (c & 31)) & 1u) acc += wt.of(key, k);
       });
     } else {
       walk_row<G, U>(lanes, key, g.gcols, table, g.ntable, inv_log_keep, [&](int64_t c, uint32_t k) {
@@ -426,11 +431,12 @@ constexpr int64_t kMvMinTable = 2048;
 
 // Launches gather_mv_kernel<G>: `cached` table entries and, for binary spikes that fit beside them,
 // the bitmask in shared memory; as many resident blocks as fit the GPU (no more than the rows need).
-// Beyond ~880k columns the spikes are read from global memory, and the table's copy still serves the
-// short skips (a 4M-column table is 1.1M entries long: the copy takes about 40% of the look-ups).
+// Beyond ~880k columns binary spikes are packed as bits into `scratch` (when the caller has one) and
+// tested there through L1, and the table's copy still serves the short skips (a 4M-column table is
+// 1.1M entries long: the copy takes about 40% of the look-ups).
 template <int G, int U, typename A, typename S, bool Binary>
 void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
-                      cudaStream_t st) {
+                      uint32_t* scratch, cudaStream_t st) {
   const GpuLimits gpu = gpu_limits();
   const int sms = gpu.sms, optin = gpu.smem_optin;
   auto* kernel = gather_mv_kernel<G, U, A, S, Binary>;
@@ -451,16 +457,25 @@ void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, Sp
   }
   const int64_t want = (g.grows * G + kMvThreads - 1) / kMvThreads;
   const int blocks = int(std::min<int64_t>(want, int64_t(sms) * per_sm));
-  kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, cached, bits);
+  const uint32_t* global_bits = nullptr;
+  if constexpr (Binary) {
+    if (bits == 0 && scratch != nullptr) {
+      pack_bits(v, g.gcols, rule, scratch, st);
+      global_bits = scratch;
+    }
+  }
+  kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, cached, bits, global_bits);
 }
 
 
 }  // namespace
 
-// @xk jitc_mv arg arg arg arg arg ret attr.grows:int64 attr.gcols:int64 attr.kind:int64 attr.transpose:bool attr.binary:bool stream
+// `scratch` (uint32, one word per 32 columns, no contents expected) is where a binary mv gather too
+// wide for shared memory packs its spikes; any smaller array leaves it to read the spikes instead.
+// @xk jitc_mv arg arg arg arg arg ret ret attr.grows:int64 attr.gcols:int64 attr.kind:int64 attr.transpose:bool attr.binary:bool stream
 void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor table, const xk::Tensor qtable,
-             const xk::Tensor spikes, xk::Tensor out, int64_t grows, int64_t gcols, int64_t kind, bool transpose,
-             bool binary, int64_t stream) {
+             const xk::Tensor spikes, xk::Tensor out, xk::Tensor scratch, int64_t grows, int64_t gcols, int64_t kind,
+             bool transpose, bool binary, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   check_args(params, seed, table, qtable, out, kind);
   const DType acc = params.dtype();
@@ -482,6 +497,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       const A* q = qtable.data_ptr<A>();
       const S* v = spikes.data_ptr<S>();
       A* o = out.data_ptr<A>();
+      uint32_t* bits = bits_scratch(scratch, gcols);
       if (transpose) {
         switch (scatter_draws(g.ntable, gcols)) {
           case 1024: launch_scatter<8, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
@@ -491,10 +507,10 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
         }
       } else if (batch == 1) {
         const int rounds = lanes == 32 ? gather_rounds(g.ntable, gcols) : 1;
-        if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, st);
-        else if (lanes == 32) launch_gather_mv<32, 1>(g, p, q, v, o, rule, st);
-        else if (lanes == 8) launch_gather_mv<8, 1>(g, p, q, v, o, rule, st);
-        else launch_gather_mv<1, 1>(g, p, q, v, o, rule, st);
+        if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, bits, st);
+        else if (lanes == 32) launch_gather_mv<32, 1>(g, p, q, v, o, rule, bits, st);
+        else if (lanes == 8) launch_gather_mv<8, 1>(g, p, q, v, o, rule, bits, st);
+        else launch_gather_mv<1, 1>(g, p, q, v, o, rule, bits, st);
       } else if (lanes == 32) {
         gather_kernel<32><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
       } else if (lanes == 8) {
