@@ -25,7 +25,7 @@ from jax.interpreters import ad
 
 from .. import XLACustomKernel, load_cpp_file, load_cuda_file
 from ._errors import EventShapeError
-from ._kernels import KERNEL_DIR, SDS, bits_scratch, spike_factor
+from ._kernels import KERNEL_DIR, SDS, call_product, spike_factor
 
 KINDS = {"s": 0, "u": 1, "n": 2}
 QTABLE_SIZE = 65537
@@ -172,12 +172,9 @@ class _JitcKind:
         def compiled(module_fn, scratch: bool):
             def generator(outs, transpose, shape):
                 def run(params, seed, table, qtable, v):
-                    kw = dict(grows=shape[0], gcols=shape[1], kind=kind, transpose=transpose, binary=binary)
-                    if not scratch:
-                        return module_fn().jitc_mv(params, seed, table, qtable, v, outs=outs[0], **kw)
-                    out, _ = module_fn().jitc_mv(params, seed, table, qtable, v,
-                                                 outs=[outs[0], bits_scratch(v, shape[1], transpose, binary)], **kw)
-                    return out
+                    return call_product(module_fn().jitc_mv, params, seed, table, qtable, v, out=outs[0],
+                                        scratch=scratch, spike_cols=shape[1], grows=shape[0], gcols=shape[1], kind=kind,
+                                        transpose=transpose, binary=binary)
                 return run
             return generator
 

@@ -51,6 +51,17 @@ def bits_scratch(spikes, ncols: int, transpose: bool, binary: bool) -> jax.Shape
     return SDS((max(words, 1),), jnp.uint32)
 
 
+def call_product(entry, *arrays, out, scratch: bool, spike_cols: int, transpose: bool, binary: bool, **attrs):
+    """One product through a compiled entry point whose last array is the spikes (``spike_cols`` columns
+    of the stored or generated matrix). With ``scratch`` (the CUDA entry points) it also passes
+    :func:`bits_scratch` as a second output and returns the product alone."""
+    kw = dict(transpose=transpose, binary=binary, **attrs)
+    if not scratch:
+        return entry(*arrays, outs=out, **kw)
+    product, _ = entry(*arrays, outs=[out, bits_scratch(arrays[-1], spike_cols, transpose, binary)], **kw)
+    return product
+
+
 def spike_factor(spikes, binary: bool, dtype):
     """What a spike contributes: 1 where active (non-zero) for binary operators, else its value."""
     return (spikes != 0).astype(dtype) if binary else spikes.astype(dtype)
@@ -179,12 +190,9 @@ class _Family:
                         return mod.event_dense(data, spikes, outs=outs[0], transpose=transpose, binary=binary)
                     if indptr is None:  # fixed count per row: the kernel ignores indptr
                         indptr = jnp.zeros((1,), indices.dtype)
-                    kw = dict(nrows=shape[0], ncols=shape[1], nconn=nconn, transpose=transpose, binary=binary)
-                    if not scratch:
-                        return mod.event_sparse(data, indices.reshape(-1), indptr, spikes, outs=outs[0], **kw)
-                    out, _ = mod.event_sparse(data, indices.reshape(-1), indptr, spikes,
-                                              outs=[outs[0], bits_scratch(spikes, shape[1], transpose, binary)], **kw)
-                    return out
+                    return call_product(mod.event_sparse, data, indices.reshape(-1), indptr, spikes, out=outs[0],
+                                        scratch=scratch, spike_cols=shape[1], nrows=shape[0], ncols=shape[1],
+                                        nconn=nconn, transpose=transpose, binary=binary)
                 return run
             return generator
 

@@ -58,6 +58,18 @@ inline GpuLimits gpu_limits() {
   return limits;
 }
 
+// Blocks of `threads` threads and `smem` dynamic shared bytes that one SM holds at once; 1 where the
+// runtime cannot say (the error is cleared, so the launch that follows reports only its own).
+template <typename Kernel>
+int resident_blocks_per_sm(Kernel* kernel, int threads, size_t smem) {
+  int per_sm = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  return per_sm;
+}
+
 // The 32 binary spikes of columns [c0, c0 + 32) (fewer at the end) as one word of bits: a one-byte
 // spike vector is read 32 bytes at a time when aligned.
 template <typename S>

@@ -203,11 +203,7 @@ bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* s
   auto* global = bitmask_gather_kernel<W, I, uint8_t, true>;
   if (cudaFuncSetAttribute(global, cudaFuncAttributePreferredSharedMemoryCarveout, 0) != cudaSuccess)
     (void)cudaGetLastError();
-  int per_sm = 1;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, global, kBitsThreads, 0) != cudaSuccess || per_sm < 1) {
-    (void)cudaGetLastError();
-    per_sm = 1;
-  }
+  const int per_sm = resident_blocks_per_sm(global, kBitsThreads, 0);
   const int blocks = int(std::min<int64_t>(std::max<int64_t>(want, 1), int64_t(sms) * per_sm));
   global<<<blocks, kBitsThreads, 0, st>>>(data, idx, ptr, nullptr, out, nrows, ncols, nse, nconn, homo,
                                           SpikeRule<uint8_t, true>{uint8_t(0xffu)}, scratch);

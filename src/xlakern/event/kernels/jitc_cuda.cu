@@ -450,11 +450,7 @@ void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, Sp
   if ((bits + kMvMinTable) * 4 > budget) bits = 0;
   const int64_t cached = std::min<int64_t>(g.ntable, (budget - bits * 4) / 4);
   const size_t smem = size_t(cached + bits) * 4;
-  int per_sm = 1;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMvThreads, smem) != cudaSuccess || per_sm < 1) {
-    (void)cudaGetLastError();
-    per_sm = 1;
-  }
+  const int per_sm = resident_blocks_per_sm(kernel, kMvThreads, smem);
   const int64_t want = (g.grows * G + kMvThreads - 1) / kMvThreads;
   const int blocks = int(std::min<int64_t>(want, int64_t(sms) * per_sm));
   const uint32_t* global_bits = nullptr;
