@@ -141,9 +141,11 @@ def test_batch_wider_than_one_grid_dimension(rng):
 # (shape, prob): ~500 synapses a row (the scatter's 4-warp teams); ~1,500 (8-warp teams, several team
 # rounds a row); ~40 (the gather's 8-lane groups); a third of the rows with no synapse; 7 columns (every
 # row ends in the first round); four rows in five with no synapse; more rows than the mv gather's
-# resident blocks take at once (they stride over the rows). No width is a multiple of 32.
+# resident blocks take at once (they stride over the rows); a skip table too long for the mv gather's
+# shared memory (its long skips read the table in global memory) beside spikes that fit there as bits.
+# No width is a multiple of 32.
 JITC_GPU_CASES = [((1001, 999), 0.5), ((300, 5003), 0.3), ((1001, 999), 0.04), ((1001, 999), 0.001),
-                  ((45, 7), 0.5), ((2000, 100), 0.002), ((40000, 300), 0.05)]
+                  ((45, 7), 0.5), ((2000, 100), 0.002), ((40000, 300), 0.05), ((500, 20011), 3e-4)]
 
 
 # Every launch path of the JITC kernels, forced through their environment knobs (the default choice
@@ -180,7 +182,7 @@ def test_jitc_gpu_scatter_and_gather_multiply_by_the_materialised_matrix(letter,
         for transpose in (False, True):  # corder=True: M @ v gathers over generated rows, M.T @ v scatters
             n_in = shape[0] if transpose else shape[1]
             mat = m.T if transpose else m
-            for batch in (None, 1, 37):
+            for batch in (None, 1, 37, 32):  # 32: the mm gather's whole chunks, loaded 16 spikes at once
                 size = (n_in,) if batch is None else (n_in, batch)
                 s = rng.random(size) < 0.3
                 s[rng.integers(0, n_in)] = True  # at least one active spike (the short shapes)
@@ -203,6 +205,27 @@ def test_jitc_gpu_scatter_and_gather_multiply_by_the_materialised_matrix(letter,
                                                    f"batch={batch} {knobs}")
                     for var in KNOB_VARS:
                         monkeypatch.delenv(var, raising=False)
+
+
+def test_jitc_gpu_mv_gather_too_long_for_int32_sums_takes_the_int64_walk(monkeypatch):
+    """prob = 1e-6: a skip table of 22M entries. Four 32-lane rounds of its longest skips would pass
+    2^31, so the mv gather with 4 rounds forced walks in int64 (the mm gather's kernel); one round
+    stays in the int32 kernel, whose long skips read the table in global memory. Both equal the CPU."""
+    cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
+    rng = np.random.default_rng()
+    seed, shape, prob = int(rng.integers(0, 2**31)), (64, 3_000_017), 1e-6  # ~3 synapses a row
+    s = rng.random(shape[1]) < 0.5
+    x = np.where(s, rng.standard_normal(shape[1]), 0.0).astype(np.float32)
+    for name, v in (("binary_jitsmv", s), ("jitsmv", x)):
+        with jax.default_device(cpu):
+            want = np.asarray(getattr(xlakern, name)(0.3, prob, v, seed, shape=shape), np.float64)
+        assert np.count_nonzero(want) > 16
+        for rounds in ("1", "4"):
+            monkeypatch.setenv("XLAKERN_JITC_GATHER_LANES", "32")
+            monkeypatch.setenv("XLAKERN_JITC_GATHER_ROUNDS", rounds)
+            with jax.default_device(gpu):
+                got = np.asarray(getattr(xlakern, name)(0.3, prob, v, seed, shape=shape), np.float64)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} rounds={rounds}")
 
 
 @pytest.mark.parametrize("letter", "sun")

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 
 #include "event_common.h"
@@ -59,22 +60,51 @@ struct Lanes {
   }
 };
 
-// The skip table as the GPU kernels read it: entries [lo, n) (the short skips, where most draws
-// land) from a copy in shared memory, the rest from global memory. A warp's 32 look-ups at scattered
-// entries cost a few bank conflicts in shared memory, against one L1 wavefront per cache line in global.
-struct TableView {
+// The skip table as the mv gather reads it: ext(j) = table[j - 1] for j in [1, m] (m = ntable), with a
+// sentinel at each end, ext(0) = 0 and ext(m + 1) = 2^32 - 1. Count c (skip 1 + c) is right for hash h
+// when ext(m - c) <= h < ext(m - c + 1), that is T_{c+1} <= h < T_c: two look-ups and no bounds tests.
+// Entries [lo, m + 2) live in shared memory (the short skips, where most draws land), the rest in the
+// table in global memory. AllShared (lo == 0, the whole table fits) drops the test of which.
+template <bool AllShared>
+struct ExtTable {
   const uint32_t* global;
   const uint32_t* shared;
-  int32_t lo;  // (tables hold at most kMaxSkipTable entries: int32 indices, cheaper than int64 on a GPU)
-  __device__ uint32_t operator[](int32_t i) const { return i >= lo ? shared[i - lo] : global[i]; }
+  int32_t lo, m;  // (tables hold at most kMaxSkipTable entries: int32 indices, cheaper than int64 on a GPU)
+  __device__ __forceinline__ uint32_t operator()(int32_t j) const {
+    if (AllShared || j >= lo) return shared[j - (AllShared ? 0 : lo)];
+    return j == 0 ? 0u : __ldg(global + j - 1);
+  }
 };
 
-// Copies the table's last `cached` entries into shared memory (the whole block must call this).
-__device__ inline TableView cache_table(const Gen& g, uint32_t* shared, int64_t cached) {
-  const int32_t lo = int32_t(g.ntable - cached);
-  for (int32_t i = threadIdx.x; i < int32_t(cached); i += blockDim.x) shared[i] = g.table[lo + i];
-  return TableView{g.table, shared, lo};
+// Copies ext's last `cached` entries into shared memory (the whole block must call this).
+template <bool AllShared>
+__device__ inline ExtTable<AllShared> cache_ext_table(const Gen& g, uint32_t* shared, int32_t cached) {
+  const int32_t m = int32_t(g.ntable), lo = m + 2 - cached;
+  for (int32_t i = threadIdx.x; i < cached; i += blockDim.x) {
+    const int32_t j = lo + i;
+    shared[i] = j == 0 ? 0u : (j == m + 1 ? 0xffffffffu : g.table[j - 1]);
+  }
+  return ExtTable<AllShared>{g.table, shared, lo, m};
 }
+
+// skip_of (jitc_common.h) through an ExtTable: the same estimate, the same two comparisons (made
+// unconditional by the sentinels), and the same correction where the estimate was off.
+template <bool AllShared>
+struct ExtSkip {
+  ExtTable<AllShared> ext;
+  float scale;  // ln 2 / ln(1 - p): the estimate's factor on the base-2 log
+  __device__ __forceinline__ int32_t operator()(uint32_t h) const {
+    const int32_t m = ext.m;
+    float log2_x;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(fmaf(float(h), 2.3283064365386963e-10f, 1.1641532182693481e-10f)));
+    int32_t c = int32_t(fminf(fmaxf(log2_x * scale, 0.f), float(m)));
+    const uint32_t below = ext(m - c), above = ext(m - c + 1);  // T_{c+1}, T_c
+    if (below <= h && h < above) return 1 + c;  // the estimate was right (almost always)
+    while (c < m && ext(m - c) > h) ++c;
+    while (c > 0 && ext(m - c + 1) <= h) --c;
+    return 1 + c;
+  }
+};
 
 // A synapse's weight: the scalar kind's is one value for every synapse, computed once and with no
 // weight draw (a branch the whole warp takes the same way); the others draw h2 = draw(key, 2k + 1).
@@ -102,23 +132,23 @@ __device__ __forceinline__ int32_t scan_step(int32_t x, unsigned d, unsigned mas
 }
 
 // for_each_synapse, walked by G lanes: round t covers draws k = t G + sub. A lane's column is the
-// previous round's last column plus the inclusive scan of the round's skips, the same int64 sums
-// the one-thread walk makes. Columns grow with the lane, so the lanes at gcols or past it are the
-// round's last ones; they are dropped and the walk ends after that round. f(col, k) is called by
-// the lane that holds synapse k (the draw's index: its weight is wt.of(key, k), drawn only where the
-// caller needs it), in the order of its draws. U rounds are drawn and scanned together: their hashes,
-// table look-ups and shuffles are independent, so a row costs one latency chain per U rounds (at the
-// price of up to U G - 1 draws past the row's end). Every lane of `lanes` must call this.
-template <int G, int U, typename Table, typename F>
-__device__ inline void walk_row(Lanes<G> lanes, uint32_t key, int64_t gcols, const Table& table, int64_t ntable,
-                                float inv_log_keep, F&& f) {
-  int64_t base = -1;  // the column of the previous round's last draw (-1 before the first)
+// previous round's last column plus the inclusive scan of the round's skips, the same sums the
+// one-thread walk makes. Columns grow with the lane, so the lanes at gcols or past it are the
+// round's last ones; they are dropped and the walk ends after that round. skip(h) is skip_of for the
+// draw's hash (the caller picks how it reads the table). f(col, k) is called by the lane that holds
+// synapse k (the draw's index: its weight is wt.of(key, k), drawn only where the caller needs it), in
+// the order of its draws. U rounds are drawn and scanned together: their hashes, table look-ups and
+// shuffles are independent, so a row costs one latency chain per U rounds (at the price of up to
+// U G - 1 draws past the row's end). Col is int64_t, or int32_t where the caller made sure that
+// gcols + U G (ntable + 1) fits it (cheaper sums and compares). Every lane of `lanes` must call this.
+template <int G, int U, typename Col, typename Skip, typename F>
+__device__ inline void walk_row(Lanes<G> lanes, uint32_t key, Col gcols, Skip&& skip, F&& f) {
+  Col base = -1;  // the column of the previous round's last draw (-1 before the first)
   for (uint32_t k0 = 0;; k0 += uint32_t(U * G)) {
     // at most 32 (kMaxSkipTable + 1) < 2^31: the scan cannot overflow
     int32_t prefix[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      prefix[u] = int32_t(skip_of(draw(key, 2u * (k0 + uint32_t(u * G + lanes.sub))), table, ntable, inv_log_keep));
+    for (int u = 0; u < U; ++u) prefix[u] = skip(draw(key, 2u * (k0 + uint32_t(u * G + lanes.sub))));
 #pragma unroll
     for (int d = 1; d < G; d <<= 1) {
 #pragma unroll
@@ -127,14 +157,22 @@ __device__ inline void walk_row(Lanes<G> lanes, uint32_t key, int64_t gcols, con
     bool inside = true;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t col = base + prefix[u];
+      const Col col = base + Col(prefix[u]);
       inside = col < gcols;  // false from the round that passes gcols on (columns only grow)
       if (inside) f(col, k0 + uint32_t(u * G + lanes.sub));
-      base += __shfl_sync(lanes.mask, prefix[u], G - 1, G);
+      base += Col(__shfl_sync(lanes.mask, prefix[u], G - 1, G));
     }
     if (!__all_sync(lanes.mask, inside)) return;
   }
 }
+
+// skip_of through a table in global memory (the walks of the mm gather and of the scatter).
+struct GlobalSkip {
+  const uint32_t* table;
+  int64_t ntable;
+  float inv_log_keep;
+  __device__ int32_t operator()(uint32_t h) const { return int32_t(skip_of(h, table, ntable, inv_log_keep)); }
+};
 
 // Waits for the T warps of a team (a named barrier: id 0 is __syncthreads's).
 __device__ inline void team_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
@@ -195,9 +233,26 @@ __device__ inline void walk_row_team(int64_t (*totals)[U * T], uint32_t& half, i
 // walks each row once); a synapse's weight is drawn only when one of its chunk's spikes is active.
 constexpr int kGatherChunk = 16;
 
+// A chunk's kGatherChunk spikes of column c, as 16-byte loads where the launcher found every chunk whole
+// and aligned (`vec`, the same in every thread: a uniform branch), else one load a spike.
+template <typename S>
+__device__ __forceinline__ void load_chunk(const S* s, int nb, bool vec, S (&sv)[kGatherChunk]) {
+  static_assert(kGatherChunk * sizeof(S) % 16 == 0, "a chunk is whole 16-byte words");
+  if (vec) {
+    constexpr int kWords = kGatherChunk * sizeof(S) / 16;
+    uint4 raw[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) raw[i] = __ldg(reinterpret_cast<const uint4*>(s) + i);
+    memcpy(sv, raw, sizeof(raw));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kGatherChunk; ++j) sv[j] = j < nb ? s[j] : S(0);  // a zero spike is inactive under both rules
+  }
+}
+
 template <int G, typename A, typename S, bool Binary>
 __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, A* out, int64_t batch,
-                              SpikeRule<S, Binary> rule) {
+                              SpikeRule<S, Binary> rule, bool vec) {
   const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / G;
   const int64_t j0 = int64_t(blockIdx.y) * kGatherChunk;
   if (r >= g.grows) return;  // the whole group: its lanes share r
@@ -208,15 +263,13 @@ __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, 
   for (int j = 0; j < kGatherChunk; ++j) acc[j] = A(0);
   const Weights<A> wt(params, g.kind, q);
   const uint32_t key = row_key(*g.seed, uint32_t(r));
-  walk_row<G, 1>(lanes, key, g.gcols, g.table, g.ntable, inv_log_keep_of(g.table, g.ntable), [&](int64_t c, uint32_t k) {
-    const S* s = spk + c * batch + j0;
+  const GlobalSkip skip{g.table, g.ntable, inv_log_keep_of(g.table, g.ntable)};
+  walk_row<G, 1>(lanes, key, g.gcols, skip, [&](int64_t c, uint32_t k) {
     S sv[kGatherChunk];
+    load_chunk(spk + c * batch + j0, nb, vec, sv);
     bool any = false;
 #pragma unroll
-    for (int j = 0; j < kGatherChunk; ++j) {
-      sv[j] = j < nb ? s[j] : S(0);  // a zero spike is inactive under both rules
-      any = any || rule.active(sv[j]);
-    }
+    for (int j = 0; j < kGatherChunk; ++j) any = any || rule.active(sv[j]);
     if (!any) return;
     const A w = wt.of(key, k);
 #pragma unroll
@@ -234,17 +287,20 @@ __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, 
 }
 
 // The gather of one spike column (mv). Blocks stay resident and stride over the rows, so what they
-// put in shared memory once serves many rows: the table's short end and, for binary spikes that fit,
-// the spikes as a bitmask (a warp's 32 tests at scattered columns then cost a few bank conflicts
-// instead of a global load each). `bits` words of bitmask follow `cached` table entries.
+// put in shared memory once serves many rows: the skip table (whole, or its short end) and, for binary
+// spikes that fit, the spikes as a bitmask (a warp's 32 tests at scattered columns then cost a few bank
+// conflicts instead of a global load each). `bits` words of bitmask follow `cached` entries of the
+// extended table. Columns are int32 (the launcher checks they fit), and every draw's cost is counted:
+// this walk is the whole kernel, and at K = 1,000 it is bound by instructions issued.
 constexpr int kMvThreads = 512;
 
-template <int G, int U, typename A, typename S, bool Binary>
+template <int G, int U, bool AllShared, typename A, typename S, bool Binary>
 __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
-                                                               A* out, SpikeRule<S, Binary> rule, int64_t cached,
+                                                               A* out, SpikeRule<S, Binary> rule, int32_t cached,
                                                                int64_t bits, const uint32_t* __restrict__ global_bits) {
   extern __shared__ uint32_t smem[];
-  const TableView table = cache_table(g, smem, cached);
+  const ExtSkip<AllShared> skip{cache_ext_table<AllShared>(g, smem, cached),
+                                0.69314718f * inv_log_keep_of(g.table, g.ntable)};
   uint32_t* mask = smem + cached;
   if constexpr (Binary)
     for (int64_t w = threadIdx.x; w < bits; w += blockDim.x) mask[w] = spike_word(spk, w * 32, g.gcols, rule);
@@ -252,23 +308,23 @@ __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* p
   const Lanes<G> lanes = Lanes<G>::of_thread();
   const Weights<A> wt(params, g.kind, q);
   const uint32_t seed = *g.seed;
-  const float inv_log_keep = inv_log_keep_of(g.table, g.ntable);
-  const int64_t groups = int64_t(gridDim.x) * (kMvThreads / G);
-  for (int64_t r = (int64_t(blockIdx.x) * kMvThreads + threadIdx.x) / G; r < g.grows; r += groups) {
+  const int32_t gcols = int32_t(g.gcols);
+  const int32_t groups = int32_t(gridDim.x) * (kMvThreads / G);
+  for (int32_t r = int32_t((blockIdx.x * kMvThreads + threadIdx.x) / G); r < int32_t(g.grows); r += groups) {
     const uint32_t key = row_key(seed, uint32_t(r));
     A acc = A(0);
     // a synapse's weight is drawn only when its spike is active; the test is chosen once a row
     // (a branch outside the walk, not one per synapse)
     if (Binary && bits > 0) {
-      walk_row<G, U>(lanes, key, g.gcols, table, g.ntable, inv_log_keep, [&](int64_t c, uint32_t k) {
+      walk_row<G, U>(lanes, key, gcols, skip, [&](int32_t c, uint32_t k) {
         if ((mask[c >> 5] >> (c & 31)) & 1u) acc += wt.of(key, k);
       });
     } else if (Binary && global_bits != nullptr) {
-      walk_row<G, U>(lanes, key, g.gcols, table, g.ntable, inv_log_keep, [&](int64_t c, uint32_t k) {
+      walk_row<G, U>(lanes, key, gcols, skip, [&](int32_t c, uint32_t k) {
         if ((__ldg(global_bits + (c >> 5)) >> (c & 31)) & 1u) acc += wt.of(key, k);
       });
     } else {
-      walk_row<G, U>(lanes, key, g.gcols, table, g.ntable, inv_log_keep, [&](int64_t c, uint32_t k) {
+      walk_row<G, U>(lanes, key, gcols, skip, [&](int32_t c, uint32_t k) {
         const S v = spk[c];
         if (rule.active(v)) acc += wt.of(key, k) * rule.template value<A>(v);
       });
@@ -337,7 +393,7 @@ __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, cons
         if (j < nb && rule.active(sv[j])) atomicAdd(o + j, w * rule.template value<A>(sv[j]));
     };
     if constexpr (T == 1)
-      walk_row<32, U>(Lanes<32>::of_thread(), key, g.gcols, g.table, g.ntable, inv_log_keep, add);
+      walk_row<32, U>(Lanes<32>::of_thread(), key, g.gcols, GlobalSkip{g.table, g.ntable, inv_log_keep}, add);
     else
       walk_row_team<T, U>(totals[team], half, 1 + team, warp % T, key, g.gcols, g.table, g.ntable, inv_log_keep,
                           add);
@@ -429,30 +485,31 @@ void launch_scatter(const Gen& g, const A* p, const A* q, const S* v, A* o, int6
 constexpr int64_t kMvSharedBudget = 110 * 1024;
 constexpr int64_t kMvMinTable = 2048;
 
-// Launches gather_mv_kernel<G>: `cached` table entries and, for binary spikes that fit beside them,
-// the bitmask in shared memory; as many resident blocks as fit the GPU (no more than the rows need).
-// Beyond ~880k columns binary spikes are packed as bits into `scratch` (when the caller has one) and
-// tested there through L1, and the table's copy still serves the short skips (a 4M-column table is
-// 1.1M entries long: the copy takes about 40% of the look-ups).
-template <int G, int U, typename A, typename S, bool Binary>
-void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
-                      uint32_t* scratch, cudaStream_t st) {
-  const GpuLimits gpu = gpu_limits();
-  const int sms = gpu.sms, optin = gpu.smem_optin;
-  auto* kernel = gather_mv_kernel<G, U, A, S, Binary>;
-  int64_t budget = std::min<int64_t>(optin, kMvSharedBudget);
+// Whether gather_mv_kernel's int32 columns and rows hold this walk: its sums reach gcols plus a round
+// of U G skips of at most ntable + 1 each, and its rows grow by at most the grid's threads past grows.
+bool mv_fits_int32(const Gen& g, int U, int G) {
+  const int64_t limit = int64_t(INT32_MAX);
+  return g.gcols + int64_t(U) * G * (g.ntable + 1) < limit && g.grows + (int64_t(1) << 24) < limit;
+}
+
+// Launches gather_mv_kernel<G, U>: `cached` entries of the extended table (all of it when it fits:
+// AllShared) and, for binary spikes that fit beside them, the bitmask in shared memory; as many
+// resident blocks as fit the GPU (no more than the rows need). Beyond ~880k columns binary spikes are
+// packed as bits into `scratch` (when the caller has one) and tested there through L1, and the table's
+// copy still serves the short skips (a 4M-column table is 1.1M entries long: the copy takes about 40%
+// of the look-ups).
+template <int G, int U, bool AllShared, typename A, typename S, bool Binary>
+void launch_gather_mv_as(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
+                         int32_t cached, int64_t bits, int64_t budget, uint32_t* scratch, cudaStream_t st) {
+  auto* kernel = gather_mv_kernel<G, U, AllShared, A, S, Binary>;
   if (budget > 48 * 1024 &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(budget)) != cudaSuccess) {
-    (void)cudaGetLastError();  // not allowed here: clear it and stay within the default 48 KiB
-    budget = 48 * 1024;
+    (void)cudaGetLastError();  // mv_shared_budget asked already; a refusal shows as the launch error
   }
-  int64_t bits = Binary ? (g.gcols + 31) / 32 : 0;
-  if ((bits + kMvMinTable) * 4 > budget) bits = 0;
-  const int64_t cached = std::min<int64_t>(g.ntable, (budget - bits * 4) / 4);
   const size_t smem = size_t(cached + bits) * 4;
   const int per_sm = resident_blocks_per_sm(kernel, kMvThreads, smem);
   const int64_t want = (g.grows * G + kMvThreads - 1) / kMvThreads;
-  const int blocks = int(std::min<int64_t>(want, int64_t(sms) * per_sm));
+  const int blocks = int(std::min<int64_t>(want, int64_t(gpu_limits().sms) * per_sm));
   const uint32_t* global_bits = nullptr;
   if constexpr (Binary) {
     if (bits == 0 && scratch != nullptr) {
@@ -463,6 +520,33 @@ void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, Sp
   kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, cached, bits, global_bits);
 }
 
+// Shared memory the mv gather may ask for: kMvSharedBudget where the GPU lets a kernel opt in to it, else
+// the default 48 KiB. (Asked of one instance; they all take the same.)
+int64_t mv_shared_budget() {
+  static const int64_t budget = [] {
+    const int64_t want = std::min<int64_t>(gpu_limits().smem_optin, kMvSharedBudget);
+    if (want <= 48 * 1024) return int64_t(48 * 1024);
+    auto* kernel = gather_mv_kernel<32, 1, true, float, uint8_t, true>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(want)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return int64_t(48 * 1024);
+    }
+    return want;
+  }();
+  return budget;
+}
+
+template <int G, int U, typename A, typename S, bool Binary>
+void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
+                      uint32_t* scratch, cudaStream_t st) {
+  const int64_t budget = mv_shared_budget();
+  const int64_t ext = g.ntable + 2;
+  int64_t bits = Binary ? (g.gcols + 31) / 32 : 0;
+  if ((bits + std::min<int64_t>(ext, kMvMinTable)) * 4 > budget) bits = 0;
+  const int32_t cached = int32_t(std::min<int64_t>(ext, budget / 4 - bits));
+  if (cached == ext) launch_gather_mv_as<G, U, true>(g, p, q, v, o, rule, cached, bits, budget, scratch, st);
+  else launch_gather_mv_as<G, U, false>(g, p, q, v, o, rule, cached, bits, budget, scratch, st);
+}
 
 }  // namespace
 
@@ -494,6 +578,8 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       const S* v = spikes.data_ptr<S>();
       A* o = out.data_ptr<A>();
       uint32_t* bits = bits_scratch(scratch, gcols);
+      // the mm gather's chunks are whole and 16-byte aligned: one vector load per chunk of spikes
+      const bool vec = batch % kGatherChunk == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
       if (transpose) {
         switch (scatter_draws(g.ntable, gcols)) {
           case 1024: launch_scatter<8, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
@@ -501,18 +587,18 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
           case 128: launch_scatter<1, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
           default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, st); break;
         }
-      } else if (batch == 1) {
+      } else if (batch == 1 && mv_fits_int32(g, lanes == 32 ? gather_rounds(g.ntable, gcols) : 1, lanes)) {
         const int rounds = lanes == 32 ? gather_rounds(g.ntable, gcols) : 1;
         if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, bits, st);
         else if (lanes == 32) launch_gather_mv<32, 1>(g, p, q, v, o, rule, bits, st);
         else if (lanes == 8) launch_gather_mv<8, 1>(g, p, q, v, o, rule, bits, st);
         else launch_gather_mv<1, 1>(g, p, q, v, o, rule, bits, st);
       } else if (lanes == 32) {
-        gather_kernel<32><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+        gather_kernel<32><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule, vec);
       } else if (lanes == 8) {
-        gather_kernel<8><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+        gather_kernel<8><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule, vec);
       } else {
-        gather_kernel<1><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule);
+        gather_kernel<1><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule, vec);
       }
     });
   };
