@@ -74,6 +74,19 @@ struct ExtTable {
     if (AllShared || j >= lo) return shared[j - (AllShared ? 0 : lo)];
     return j == 0 ? 0u : __ldg(global + j - 1);
   }
+  // ext(j) and ext(j + 1), j in [0, m], with the two loads issued together wherever they come from
+  // (below lo both are in the table in global memory: lo <= m, so j + 1 <= m there)
+  __device__ __forceinline__ void pair(int32_t j, uint32_t& first, uint32_t& second) const {
+    if (AllShared || j >= lo) {
+      const uint32_t* at = shared + (j - (AllShared ? 0 : lo));
+      first = at[0];
+      second = at[1];
+    } else {
+      const uint32_t a = __ldg(global + (j > 0 ? j - 1 : 0)), b = __ldg(global + j);
+      first = j > 0 ? a : 0u;
+      second = b;
+    }
+  }
 };
 
 // Copies ext's last `cached` entries into shared memory (the whole block must call this).
@@ -87,19 +100,26 @@ __device__ inline ExtTable<AllShared> cache_ext_table(const Gen& g, uint32_t* sh
   return ExtTable<AllShared>{g.table, shared, lo, m};
 }
 
-// skip_of (jitc_common.h) through an ExtTable: the same estimate, the same two comparisons (made
-// unconditional by the sentinels), and the same correction where the estimate was off.
+// skip_of (jitc_common.h) through an ExtTable, in three steps: the same estimate (guess), the same two
+// comparisons (right; made unconditional by the sentinels), and the same correction where the estimate
+// was off (correct; rare).
 template <bool AllShared>
 struct ExtSkip {
   ExtTable<AllShared> ext;
   float scale;  // ln 2 / ln(1 - p): the estimate's factor on the base-2 log
-  __device__ __forceinline__ int32_t operator()(uint32_t h) const {
-    const int32_t m = ext.m;
+  __device__ __forceinline__ int32_t guess(uint32_t h) const {
     float log2_x;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(fmaf(float(h), 2.3283064365386963e-10f, 1.1641532182693481e-10f)));
-    int32_t c = int32_t(fminf(fmaxf(log2_x * scale, 0.f), float(m)));
-    const uint32_t below = ext(m - c), above = ext(m - c + 1);  // T_{c+1}, T_c
-    if (below <= h && h < above) return 1 + c;  // the estimate was right (almost always)
+    return 1 + int32_t(fminf(fmaxf(log2_x * scale, 0.f), float(ext.m)));
+  }
+  __device__ __forceinline__ bool right(uint32_t h, int32_t skip) const {
+    uint32_t below, above;  // ext(j) = T_{c+1} and ext(j + 1) = T_c, c = skip - 1
+    ext.pair(ext.m - skip + 1, below, above);
+    return (below <= h) & (h < above);
+  }
+  __device__ __forceinline__ int32_t correct(uint32_t h, int32_t skip) const {
+    const int32_t m = ext.m;
+    int32_t c = skip - 1;
     while (c < m && ext(m - c) > h) ++c;
     while (c > 0 && ext(m - c + 1) <= h) --c;
     return 1 + c;
@@ -135,7 +155,8 @@ __device__ __forceinline__ int32_t scan_step(int32_t x, unsigned d, unsigned mas
 // previous round's last column plus the inclusive scan of the round's skips, the same sums the
 // one-thread walk makes. Columns grow with the lane, so the lanes at gcols or past it are the
 // round's last ones; they are dropped and the walk ends after that round. skip(h) is skip_of for the
-// draw's hash (the caller picks how it reads the table). f(col, k) is called by the lane that holds
+// draw's hash, as skip.guess, then skip.right, and skip.correct where that failed (the caller picks how
+// it reads the table). f(col, k) is called by the lane that holds
 // synapse k (the draw's index: its weight is wt.of(key, k), drawn only where the caller needs it), in
 // the order of its draws. U rounds are drawn and scanned together: their hashes, table look-ups and
 // shuffles are independent, so a row costs one latency chain per U rounds (at the price of up to
@@ -146,9 +167,21 @@ __device__ inline void walk_row(Lanes<G> lanes, uint32_t key, Col gcols, Skip&& 
   Col base = -1;  // the column of the previous round's last draw (-1 before the first)
   for (uint32_t k0 = 0;; k0 += uint32_t(U * G)) {
     // at most 32 (kMaxSkipTable + 1) < 2^31: the scan cannot overflow
+    // the U skips' fast paths first, with no branch between them (so their loads overlap), then the
+    // rare corrections
+    uint32_t h[U];
     int32_t prefix[U];
+    bool ok = true;
 #pragma unroll
-    for (int u = 0; u < U; ++u) prefix[u] = skip(draw(key, 2u * (k0 + uint32_t(u * G + lanes.sub))));
+    for (int u = 0; u < U; ++u) {
+      h[u] = draw(key, 2u * (k0 + uint32_t(u * G + lanes.sub)));
+      prefix[u] = skip.guess(h[u]);
+      ok &= skip.right(h[u], prefix[u]);  // (& : no branch)
+    }
+    if (!ok) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) prefix[u] = skip.correct(h[u], prefix[u]);
+    }
 #pragma unroll
     for (int d = 1; d < G; d <<= 1) {
 #pragma unroll
@@ -166,12 +199,15 @@ __device__ inline void walk_row(Lanes<G> lanes, uint32_t key, Col gcols, Skip&& 
   }
 }
 
-// skip_of through a table in global memory (the walks of the mm gather and of the scatter).
+// skip_of through a table in global memory (the walks of the mm gather and of the scatter): its guess is
+// the answer.
 struct GlobalSkip {
   const uint32_t* table;
   int64_t ntable;
   float inv_log_keep;
-  __device__ int32_t operator()(uint32_t h) const { return int32_t(skip_of(h, table, ntable, inv_log_keep)); }
+  __device__ int32_t guess(uint32_t h) const { return int32_t(skip_of(h, table, ntable, inv_log_keep)); }
+  __device__ bool right(uint32_t, int32_t) const { return true; }
+  __device__ int32_t correct(uint32_t, int32_t skip) const { return skip; }
 };
 
 // Waits for the T warps of a team (a named barrier: id 0 is __syncthreads's).
