@@ -604,6 +604,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   const Gen g{seed.data_ptr<uint32_t>(), table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
   const unsigned chunks = unsigned((batch + kChunk - 1) / kChunk);  // the scatter's
   const int lanes = transpose ? 1 : gather_lanes(g.ntable, grows, gcols);
+  const int rounds = lanes == 32 ? gather_rounds(g.ntable, gcols) : 1;  // the mv gather's
   const dim3 grid(blocks_for(grows * lanes), unsigned((batch + kGatherChunk - 1) / kGatherChunk));  // the mm gather's
   auto run = [&](auto tag) {
     using A = typename decltype(tag)::type;
@@ -623,8 +624,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
           case 128: launch_scatter<1, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
           default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, st); break;
         }
-      } else if (batch == 1 && mv_fits_int32(g, lanes == 32 ? gather_rounds(g.ntable, gcols) : 1, lanes)) {
-        const int rounds = lanes == 32 ? gather_rounds(g.ntable, gcols) : 1;
+      } else if (batch == 1 && mv_fits_int32(g, rounds, lanes)) {
         if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, bits, st);
         else if (lanes == 32) launch_gather_mv<32, 1>(g, p, q, v, o, rule, bits, st);
         else if (lanes == 8) launch_gather_mv<8, 1>(g, p, q, v, o, rule, bits, st);
