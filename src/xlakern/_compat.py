@@ -25,6 +25,7 @@ import numpy as np
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack  # type: ignore[attr-defined]
 
+import jax  # noqa: E402
 from jax._src import config as _jax_config  # noqa: E402  (after the NumPy fix, which must come first)
 from jax._src import core as _jax_core  # noqa: E402
 from jax._src import dispatch as _jax_dispatch  # noqa: E402
@@ -47,12 +48,10 @@ ShapedArray = _jax_core.ShapedArray
 
 
 def get_aval(x: Any) -> Any:
-    """The abstract value (shape, dtype, ...) of ``x``.
-
-    Stands in for ``jax.typeof`` (public since jax 0.6; ``jax.core.get_aval`` is deprecated);
-    ``jax._src.core.get_aval`` is what both call (tested 0.10.2, 0.11.2).
-    """
-    return _jax_core.get_aval(x)
+    """The abstract value (shape, dtype, ...) of ``x``: ``jax.typeof`` (public since jax 0.6; jax 0.10.2
+    no longer has ``jax._src.core.get_aval``, which older versions call it)."""
+    typeof = getattr(jax, "typeof", None)
+    return typeof(x) if typeof is not None else _jax_core.get_aval(x)
 
 
 def trace_state_clean() -> bool:
