@@ -1,0 +1,424 @@
+"""BrainEvent 0.3 functions added to xlakern.event: per-synapse dt2t products, indexed event
+products, CSR row slices and index conversions, each against an independent NumPy reference."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xlakern
+from _event_cases import random_csr, random_fcn
+from conftest import x64
+from xlakern.event import _csr_tools as T
+from xlakern.event import _dt2t as D
+
+SHAPES = [(37, 23), (5, 64), (1, 1)]
+DENSITIES = [0.0, 0.1, 0.6]
+
+
+def _rows_of(indptr):
+    return np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+
+
+def _csc_of(dense):
+    """CSC arrays of dense (indptr over columns, row indices ascending within a column)."""
+    c, r = np.nonzero(dense.T)
+    indptr = np.zeros(dense.shape[1] + 1, np.int64)
+    np.cumsum(np.bincount(c, minlength=dense.shape[1]), out=indptr[1:])
+    return dense[r, c], r, indptr
+
+
+def _structures(rng):
+    for shape, density in itertools.product(SHAPES, DENSITIES):
+        yield shape, random_csr(rng, *shape, density)
+
+
+# ----------------------------------------------------------------------------- dt2t, CSR and CSC
+
+def _check_compressed_dt2t(rng, csc, mm, index_dtype):
+    fn = {(False, False): D.csrmv_dt2t, (False, True): D.csrmm_dt2t,
+          (True, False): D.cscmv_dt2t, (True, True): D.cscmm_dt2t}[(csc, mm)]
+    for (shape, (dense, data, idx, ptr)), transpose in itertools.product(_structures(rng), [False, True]):
+        if csc:
+            data, idx, ptr = _csc_of(dense)
+            rows, cols = idx, _rows_of(ptr)  # CSC: indices are rows, indptr walks columns
+        else:
+            rows, cols = _rows_of(ptr), idx
+        read = cols if transpose else rows
+        n = shape[1] if transpose else shape[0]
+        for batch in ([1, 37] if mm else [None]):
+            lead = () if batch is None else (batch,)
+            y = rng.standard_normal(lead + (n,))
+            w = rng.standard_normal(lead + (len(idx),))
+            call = jax.jit(lambda y, w, i, p: fn(y, w, i, p, shape=shape, transpose=transpose))
+            out = call(y, w, jnp.asarray(idx, index_dtype), jnp.asarray(ptr, index_dtype))
+            assert out.shape == w.shape and out.dtype == jnp.float64
+            np.testing.assert_allclose(np.asarray(out), w * y[..., read], rtol=1e-14, atol=0,
+                                       err_msg=f"{shape} transpose={transpose} batch={batch}")
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("mm", [False, True])
+@pytest.mark.parametrize("csc", [False, True])
+def test_compressed_dt2t_matches_numpy(rng, csc, mm, index_dtype):
+    with x64():
+        _check_compressed_dt2t(rng, csc, mm, index_dtype)
+
+
+def test_csr_dt2t_grads_match_dense_formula(rng):
+    with x64():
+        dense, data, idx, ptr = random_csr(rng, 30, 17, 0.3)
+        rows = _rows_of(ptr)
+        for transpose in (False, True):
+            read = idx if transpose else rows
+            y = rng.standard_normal(17 if transpose else 30)
+            w = rng.standard_normal(len(idx))
+            c = rng.standard_normal(len(idx))
+            loss = jax.jit(jax.grad(lambda y, w: jnp.sum(c * D.csrmv_dt2t(y, w, idx, ptr, shape=(30, 17),
+                                                                          transpose=transpose)), argnums=(0, 1)))
+            gy, gw = loss(y, w)
+            expect_y = np.zeros_like(y)
+            np.add.at(expect_y, read, c * w)
+            np.testing.assert_allclose(np.asarray(gw), c * y[read], rtol=1e-13)
+            np.testing.assert_allclose(np.asarray(gy), expect_y, rtol=1e-12, atol=1e-13)
+            # forward mode and vmap over a batch of y
+            ty = rng.standard_normal(y.shape)
+            _, tangent = jax.jvp(lambda y: D.csrmv_dt2t(y, w, idx, ptr, shape=(30, 17), transpose=transpose),
+                                 (y,), (ty,))
+            np.testing.assert_allclose(np.asarray(tangent), w * ty[read], rtol=1e-13)
+            ys = rng.standard_normal((4,) + y.shape)
+            vm = jax.vmap(lambda y: D.csrmv_dt2t(y, w, idx, ptr, shape=(30, 17), transpose=transpose))(ys)
+            np.testing.assert_allclose(np.asarray(vm), w * ys[:, read], rtol=1e-13)
+
+
+def test_csr_dt2t_primitive_is_an_xla_custom_kernel():
+    for op in (D.csrmv_dt2t_p, D.csrmm_dt2t_p):
+        assert isinstance(op, xlakern.XLACustomKernel)
+        assert all(op.available_backends(p) == ["jnp"] for p in ("cpu", "gpu", "tpu"))
+
+
+def test_malformed_structure_reads_nothing_out_of_bounds(rng):
+    data, idx = jnp.ones(4), jnp.array([0, 7, 2, -1], jnp.int32)
+    ptr = jnp.array([0, 2, 3], jnp.int32)  # the last synapse is in no row
+    y_rows, y_cols = jnp.array([2.0, 3.0]), jnp.arange(1.0, 5.0)
+    np.testing.assert_array_equal(D.csrmv_dt2t(y_rows, data, idx, ptr, shape=(2, 4)), [2, 2, 3, 0])
+    np.testing.assert_array_equal(D.csrmv_dt2t(y_cols, data, idx, ptr, shape=(2, 4), transpose=True), [1, 0, 3, 0])
+
+
+# ----------------------------------------------------------------------------- dt2t, fixed count
+
+@pytest.mark.parametrize("mm", [False, True])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_fcn_dt2t_matches_numpy(rng, mm, index_dtype):
+    fn = D.fcnmm_dt2t if mm else D.fcnmv_dt2t
+    with x64():
+        for (rows, cols), k, transpose, shared in itertools.product(
+                [(37, 23), (5, 64), (1, 1)], [0, 1, 3], [False, True], [False, True]):
+            k = min(k, cols)
+            _, _, idx = random_fcn(rng, rows, cols, k)
+            n = cols if transpose else rows
+            for batch in ([1, 37] if mm else [None]):
+                lead = () if batch is None else (batch,)
+                y = rng.standard_normal(lead + (n,))
+                w = rng.standard_normal((1,)) if shared else rng.standard_normal(lead + idx.shape)
+                read = idx if transpose else np.broadcast_to(np.arange(rows)[:, None], idx.shape)
+                out = jax.jit(lambda w, i, y: fn(w, i, y, shape=(rows, cols), transpose=transpose))(
+                    w, jnp.asarray(idx, index_dtype), y)
+                expect = (w[0] if shared else w) * y[..., read]
+                assert out.shape == lead + idx.shape
+                np.testing.assert_allclose(np.asarray(out), expect, rtol=1e-14, atol=0)
+
+
+def test_fcn_dt2t_grad(rng):
+    with x64():
+        _, _, idx = random_fcn(rng, 12, 9, 4)
+        w, y, c = rng.standard_normal(idx.shape), rng.standard_normal(9), rng.standard_normal(idx.shape)
+        gw, gy = jax.grad(lambda w, y: jnp.sum(c * D.fcnmv_dt2t(w, idx, y, shape=(12, 9), transpose=True)),
+                          argnums=(0, 1))(w, y)
+        expect_y = np.zeros(9)
+        np.add.at(expect_y, idx, c * w)
+        np.testing.assert_allclose(np.asarray(gw), c * y[idx], rtol=1e-13)
+        np.testing.assert_allclose(np.asarray(gy), expect_y, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- dt2t, JITC
+
+JITC = [("s", D.jitsmv_dt2t, (0.7,)), ("u", D.jitumv_dt2t, (-0.5, 1.5)), ("n", D.jitnmv_dt2t, (0.2, 1.3))]
+
+
+def _jitc_dense(letter, params, prob, seed, shape, corder):
+    fn = {"s": xlakern.jits, "u": xlakern.jitu, "n": xlakern.jitn}[letter]
+    return np.asarray(fn(*params, prob, seed, shape=shape, corder=corder))
+
+
+@pytest.mark.parametrize("letter,fn,params", JITC)
+def test_jitc_dt2t_matches_the_materialised_matrix(rng, letter, fn, params):
+    with x64():
+        for shape, prob, corder, transpose in itertools.product([(40, 27), (3, 90)], [0.05, 0.4], [True, False],
+                                                                [False, True]):
+            seed = int(rng.integers(0, 2 ** 31))
+            # the structure from another weight kind, never zero: (1, 2] uniform weights
+            mask = _jitc_dense("u", (1.0, 2.0), prob, seed, shape, corder) != 0
+            r, c = np.nonzero(mask)
+            weights = _jitc_dense(letter, params, prob, seed, shape, corder)[r, c]
+            y = rng.standard_normal(shape[1] if transpose else shape[0])
+            out = jax.jit(lambda y: fn(*params, prob, y, seed, shape=shape, transpose=transpose, corder=corder))(y)
+            assert out.shape == (mask.sum(),)
+            np.testing.assert_allclose(np.asarray(out), weights * y[c if transpose else r], rtol=1e-14, atol=0)
+
+
+def test_jitc_dt2t_keeps_zero_weight_synapses_and_empty_cases(rng):
+    seed = int(rng.integers(0, 2 ** 31))
+    y = jnp.asarray(rng.standard_normal(30), jnp.float32)
+    nnz = int((np.asarray(xlakern.jits(1.0, 0.2, seed, shape=(30, 20))) != 0).sum())
+    zero = D.jitsmv_dt2t(0.0, 0.2, y, seed, shape=(30, 20))
+    assert zero.shape == (nnz,) and not np.any(np.asarray(zero))
+    assert D.jitumv_dt2t(0.0, 1.0, 0.0, y, seed, shape=(30, 20)).shape == (0,)
+
+
+def test_jitc_dt2t_grad_wrt_y(rng):
+    with x64():
+        seed = int(rng.integers(0, 2 ** 31))
+        dense = _jitc_dense("n", (0.0, 1.0), 0.3, seed, (15, 11), True)
+        r, c = np.nonzero(_jitc_dense("s", (1.0,), 0.3, seed, (15, 11), True))
+        coef = rng.standard_normal(len(r))
+        g = jax.grad(lambda y: jnp.sum(coef * D.jitnmv_dt2t(0.0, 1.0, 0.3, y, seed, shape=(15, 11),
+                                                             transpose=True)))(rng.standard_normal(11))
+        expect = np.zeros(11)
+        np.add.at(expect, c, coef * dense[r, c])
+        np.testing.assert_allclose(np.asarray(g), expect, rtol=1e-12, atol=1e-14)
+
+
+def test_jitc_dt2t_traced_seed_raises():
+    y = jnp.ones(10)
+    with pytest.raises(xlakern.event.EventShapeError, match="seed"):
+        jax.jit(lambda s: D.jitsmv_dt2t(0.5, 0.1, y, s, shape=(10, 10)))(3)
+
+
+# ----------------------------------------------------------------------------- units
+
+def test_units_multiply():
+    u = pytest.importorskip("brainunit")
+    data, idx, ptr = jnp.array([0.5, 2.0, 1.0]), jnp.array([0, 2, 1]), jnp.array([0, 2, 3])
+    y = jnp.array([3.0, 4.0])
+    out = D.csrmv_dt2t(y * u.mV, data * u.nS, idx, ptr, shape=(2, 3))
+    assert u.get_unit(out) == u.get_unit(u.mV * u.nS)
+    np.testing.assert_allclose(u.get_mantissa(out.to(u.mV * u.nS)), [1.5, 6.0, 4.0])
+    perm = jnp.array([2, 0, 1])
+    spikes = jnp.array([True, True])
+    got = T.binary_csrmv_indexed(data * u.nS, idx, ptr, perm, spikes, shape=(2, 3), transpose=True)
+    assert u.get_unit(got) == u.get_unit(u.nS)
+    np.testing.assert_allclose(u.get_mantissa(got.to(u.nS)), [1.0, 2.0, 0.5])  # data[perm] = [1, .5, 2]
+
+
+# ----------------------------------------------------------------------------- indexed event products
+
+def _check_indexed(rng, mm, index_dtype, use_primitive):
+    for (shape, (dense, data, idx, ptr)), transpose, shared, weighted in itertools.product(
+            _structures(rng), [False, True], [False, True], [False, True]):
+        perm = rng.permutation(len(idx))
+        canonical = np.empty_like(data)
+        canonical[perm] = data  # so that canonical[perm] is the CSR order
+        weights = rng.standard_normal(1) if shared else canonical
+        mat = (dense != 0) * weights[0] if shared else dense
+        n = shape[0] if transpose else shape[1]
+        for batch in ([1, 37] if mm else [None]):
+            lead = (n,) if batch is None else (n, batch)
+            v = np.where(rng.random(lead) < 0.4, rng.standard_normal(lead), 0.0)
+            factor = v if weighted else (v != 0).astype(float)
+            expect = (mat.T if transpose else mat) @ factor
+            args = (weights, jnp.asarray(idx, index_dtype), jnp.asarray(ptr, index_dtype),
+                    jnp.asarray(perm, index_dtype), v)
+            if use_primitive:
+                op = T.binary_csrmm_indexed_p if mm else T.binary_csrmv_indexed_p
+                out = jax.jit(lambda *a: op(*a, outs=[jax.ShapeDtypeStruct(expect.shape, jnp.float64)], shape=shape,
+                                            transpose=transpose, weighted=weighted)[0])(*args)
+            else:
+                fn = T.binary_csrmm_indexed if mm else T.binary_csrmv_indexed
+                out = jax.jit(lambda *a: fn(*a, shape=shape, workspace=None, transpose=transpose,
+                                            weighted=weighted))(*args)
+            np.testing.assert_allclose(np.asarray(out), expect, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{shape} transpose={transpose} shared={shared}")
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("mm", [False, True])
+def test_indexed_products_match_numpy(rng, on_cpu, mm, index_dtype):
+    with x64():
+        _check_indexed(rng, mm, index_dtype, use_primitive=False)
+
+
+@pytest.mark.parametrize("mm", [False, True])
+def test_indexed_primitives_match_numpy(rng, on_cpu, mm):
+    with x64():
+        _check_indexed(rng, mm, np.int32, use_primitive=True)
+
+
+def test_indexed_primitive_grad_wrt_data(rng, on_cpu):
+    with x64():
+        dense, data, idx, ptr = random_csr(rng, 20, 14, 0.3)
+        perm = rng.permutation(len(idx))
+        v = (rng.random(20) < 0.5).astype(np.float64)
+        c = rng.standard_normal(14)
+
+        def loss(d):
+            out = T.binary_csrmv_indexed_p(d, idx, ptr, perm, v, outs=[jax.ShapeDtypeStruct((14,), jnp.float64)],
+                                           shape=(20, 14), transpose=True, weighted=False)[0]
+            return jnp.sum(c * out)
+
+        g = jax.grad(loss)(rng.standard_normal(len(idx)))
+        per_slot = v[_rows_of(ptr)] * c[idx]  # d loss / d (slot j's weight)
+        expect = np.zeros(len(idx))
+        expect[perm] = per_slot
+        np.testing.assert_allclose(np.asarray(g), expect, rtol=1e-12, atol=1e-14)
+
+
+# ----------------------------------------------------------------------------- csr_slice_rows
+
+def _slice_reference(dense, rows):
+    m = dense.shape[0]
+    return np.stack([dense[r] if 0 <= r < m else np.zeros(dense.shape[1]) for r in rows]).reshape(len(rows), -1)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_csr_slice_rows_matches_numpy(rng, index_dtype):
+    with x64():
+        for shape, (dense, data, idx, ptr) in _structures(rng):
+            m = shape[0]
+            rows = rng.integers(-2, m + 2, size=int(rng.integers(1, 12)))
+            rows[0] = rng.integers(0, m)  # at least one real row
+            rows = np.concatenate([rows, rows[:1]])  # and a repeat
+            call = jax.jit(lambda d, i, p, r: T.csr_slice_rows(d, i, p, r, shape=shape))
+            out = call(data, jnp.asarray(idx, index_dtype), jnp.asarray(ptr, index_dtype), jnp.asarray(rows, index_dtype))
+            np.testing.assert_allclose(np.asarray(out), _slice_reference(dense, rows), rtol=0, atol=0)
+            one = T.csr_slice_rows(data, idx, ptr, int(rows[0]), shape=shape)
+            np.testing.assert_array_equal(np.asarray(one), dense[rows[0]])
+            shared = T.csr_slice_rows(jnp.array([2.5]), idx, ptr, rows, shape=shape)
+            np.testing.assert_array_equal(np.asarray(shared), _slice_reference(2.5 * (dense != 0), rows))
+
+
+def test_csr_slice_rows_sums_repeated_columns_and_vmaps(rng):
+    data, idx, ptr = jnp.array([1.0, 2.0, 4.0]), jnp.array([1, 1, 0]), jnp.array([0, 2, 3])
+    np.testing.assert_array_equal(T.csr_slice_rows(data, idx, ptr, jnp.array([0, 1]), shape=(2, 3)),
+                                  [[0, 3, 0], [4, 0, 0]])
+    with x64():
+        dense, data, idx, ptr = random_csr(rng, 25, 13, 0.3)
+        batch = rng.integers(0, 25, size=(6, 4))
+        out = jax.vmap(lambda r: T.csr_slice_rows(data, idx, ptr, r, shape=(25, 13)))(batch)
+        np.testing.assert_array_equal(np.asarray(out), dense[batch])
+
+
+def test_csr_slice_rows_grad_wrt_data(rng):
+    with x64():
+        for shared in (False, True):
+            dense, data, idx, ptr = random_csr(rng, 18, 11, 0.35)
+            rows = np.array([3, -1, 3, 17, 40, int(rng.integers(0, 18))])
+            c = rng.standard_normal((len(rows), 11))
+            d0 = rng.standard_normal(1) if shared else data
+            g = jax.jit(jax.grad(lambda d: jnp.sum(c * T.csr_slice_rows(d, idx, ptr, rows, shape=(18, 11)))))(d0)
+            syn_rows = _rows_of(ptr)
+            per_syn = np.array([sum(c[k, idx[j]] for k, r in enumerate(rows) if r == syn_rows[j])
+                                for j in range(len(idx))])
+            expect = per_syn.sum(keepdims=True) if shared else per_syn
+            np.testing.assert_allclose(np.asarray(g), expect, rtol=1e-12, atol=1e-13)
+
+
+# ----------------------------------------------------------------------------- index conversions
+
+@pytest.mark.parametrize("as_jax", [False, True])
+def test_index_conversions_match_numpy(rng, as_jax):
+    conv = jnp.asarray if as_jax else np.asarray
+    for shape, density in itertools.product([(37, 23), (5, 64), (1, 1)], DENSITIES):
+        dense = np.where(rng.random(shape) < density, rng.random(shape) + 1.0, 0.0)  # distinct, non-zero
+        r, c = np.nonzero(dense)
+        ptr = np.r_[0, np.cumsum(np.bincount(r, minlength=shape[0]))]
+        data = dense[r, c]
+        rows, cols = T.csr_to_coo_index(conv(ptr), conv(c))
+        np.testing.assert_array_equal(np.asarray(rows), r)
+        np.testing.assert_array_equal(np.asarray(cols), c)
+        for method in ("coo", "numpy", "gpu_column_block"):
+            cptr, crow, perm = T.csr_to_csc_index(conv(ptr), conv(c), shape=shape, method=method)
+            assert isinstance(cptr, jax.Array) == as_jax and crow.dtype == np.int32
+            ccol = np.repeat(np.arange(shape[1]), np.diff(np.asarray(cptr)))
+            order = np.lexsort((r, c))  # column-major, rows ascending
+            np.testing.assert_array_equal(crow, r[order])
+            np.testing.assert_array_equal(ccol, c[order])
+            np.testing.assert_array_equal(data[np.asarray(perm)], dense[crow, ccol])
+            assert T.csr_to_csc_index(conv(ptr), conv(c), shape=shape, include_perm=False, method=method)[2] is None
+        bptr, bidx, bperm = T.csc_to_csr_index(cptr, crow, shape=shape)
+        np.testing.assert_array_equal(bptr, ptr)
+        np.testing.assert_array_equal(bidx, c)
+        np.testing.assert_array_equal(np.asarray(perm)[np.asarray(bperm)], np.arange(len(c)))
+        # COO in a random order: grouping is stable, so each row keeps its shuffled order
+        shuffle = rng.permutation(len(r))
+        sr, sc = r[shuffle], c[shuffle]
+        for fn, keys, others, n in ((T.coo2csr, sr, sc, shape[0]), (T.coo_to_csc_index, sc, sr, shape[1])):
+            args = (sr, sc) if fn is T.coo2csr else (sr, sc)
+            p, other, order = fn(*map(conv, args), shape=shape)
+            expect_order = np.argsort(keys, kind="stable")
+            np.testing.assert_array_equal(order, expect_order)
+            np.testing.assert_array_equal(other, others[expect_order])
+            np.testing.assert_array_equal(p, np.r_[0, np.cumsum(np.bincount(keys, minlength=n))])
+
+
+def test_index_conversions_under_jit(rng):
+    dense = rng.random((12, 9)) < 0.3
+    r, c = np.nonzero(dense)
+    shuffle = rng.permutation(len(r))
+    p, cols, order = jax.jit(lambda a, b: T.coo2csr(a, b, shape=(12, 9)))(r[shuffle], c[shuffle])
+    np.testing.assert_array_equal(p, np.r_[0, np.cumsum(np.bincount(r, minlength=12))])
+    np.testing.assert_array_equal(np.asarray(r[shuffle])[np.asarray(order)], r)
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+def test_bad_inputs_name_the_argument():
+    data, idx, ptr = jnp.ones(3), jnp.array([0, 2, 1]), jnp.array([0, 2, 3])
+    cases = [
+        (lambda: D.csrmv_dt2t(jnp.ones(2), data, idx.astype(jnp.float32), ptr, shape=(2, 3)), "indices"),
+        (lambda: D.csrmv_dt2t(jnp.ones(3), data, idx, ptr, shape=(2, 3)), "y has shape"),
+        (lambda: D.csrmv_dt2t(jnp.ones(2), jnp.ones(4), idx, ptr, shape=(2, 3)), "w has shape"),
+        (lambda: D.cscmm_dt2t(jnp.ones((2, 2)), jnp.ones((2, 3)), idx, ptr, shape=(3, 2)), "y has shape"),
+        (lambda: D.fcnmv_dt2t(jnp.ones((2, 2)), jnp.zeros((2, 2), jnp.int32), jnp.ones(5), shape=(2, 3),
+                              transpose=True), "y has shape"),
+        (lambda: D.jitsmv_dt2t(0.5, 0.1, jnp.ones(4), 1, shape=(3, 4)), "y has shape"),
+        (lambda: T.binary_csrmv_indexed(data, idx, ptr, jnp.array([0.0, 1, 2]), jnp.ones(3, bool), shape=(2, 3)),
+         "perm"),
+        (lambda: T.binary_csrmv_indexed(data, idx, ptr, jnp.array([0, 1, 2]), jnp.ones(5, bool), shape=(2, 3)),
+         "v has shape"),
+        (lambda: T.csr_slice_rows(data, idx, ptr, jnp.array([0.0]), shape=(2, 3)), "row_indices"),
+        (lambda: T.csr_slice_rows(data, idx, ptr.astype(jnp.float32), jnp.array([0]), shape=(2, 3)), "indptr"),
+        (lambda: T.coo2csr(np.array([0, 5]), np.array([0, 1]), shape=(2, 3)), "row_ids"),
+        (lambda: T.csr_to_csc_index(np.array([0, 2, 3]), np.array([0, 2, 1]), shape=(2, 3), method="x"), "method"),
+    ]
+    for call, needle in cases:
+        with pytest.raises(xlakern.XlakernError, match=needle):
+            call()
+
+
+# ----------------------------------------------------------------------------- the same on a GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("csc,mm", [(False, False), (True, True)])
+def test_compressed_dt2t_gpu(rng, csc, mm):
+    with jax.default_device(jax.devices("gpu")[0]), x64():
+        _check_compressed_dt2t(rng, csc, mm, np.int32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mm", [False, True])
+def test_indexed_products_gpu(rng, mm):
+    with jax.default_device(jax.devices("gpu")[0]), x64():
+        _check_indexed(rng, mm, np.int32, use_primitive=False)
+        _check_indexed(rng, mm, np.int32, use_primitive=True)
+
+
+@pytest.mark.gpu
+def test_csr_slice_rows_gpu(rng):
+    with jax.default_device(jax.devices("gpu")[0]):
+        test_csr_slice_rows_matches_numpy(rng, np.int32)
+        test_csr_slice_rows_grad_wrt_data(rng)
