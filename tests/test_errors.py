@@ -160,19 +160,19 @@ def test_compile_error_in_file_names_the_file(tmp_path):
 
 def test_missing_host_compiler(monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent/g++")
-    with pytest.raises(xlakern.ToolchainError, match=r"CXX=.*not an executable.*unset CXX"):
+    with pytest.raises(xlakern.HostCompilerNotFoundError, match=r"CXX=.*not an executable.*unset CXX"):
         xlakern.load_cpp_inline(unique_name("nocxx"), GOOD)
 
 
 def test_missing_nvcc(monkeypatch):
     monkeypatch.setenv("XLAKERN_NVCC", "/nonexistent/nvcc")
-    with pytest.raises(xlakern.ToolchainError, match=r"XLAKERN_NVCC"):
+    with pytest.raises(xlakern.NvccNotFoundError, match=r"XLAKERN_NVCC"):
         xlakern.load_cuda_inline(unique_name("nonvcc"), "void f(xk::Tensor o, int64_t stream) {}", ["f"],
                                  compute_capability="9.0")
 
 
 def test_bad_compute_capability():
-    with pytest.raises(xlakern.ToolchainError, match=r"not a compute capability"):
+    with pytest.raises(xlakern.GpuArchDetectionError, match=r"not a compute capability"):
         xlakern.load_cuda_inline(unique_name("arch"), "void f(xk::Tensor o, int64_t stream) {}", ["f"],
                                  compute_capability="ninety")
 

@@ -20,7 +20,13 @@ import jax
 
 from . import _cache
 from ._stamped_lookup import Stamped, StampedLookup
-from .errors import ToolchainError
+from .errors import (
+    GpuArchDetectionError,
+    HeaderNotFoundError,
+    HostCompilerNotFoundError,
+    NvccNotFoundError,
+    ToolchainError,
+)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -56,7 +62,7 @@ def include_dir() -> Path:
     """Directory of xlakern's public C++ headers (``xlakern/xlakern.h``, ``brainevent/common.h``)."""
     d = _PACKAGE_DIR / "include"
     if not (d / "xlakern" / "xlakern.h").is_file():
-        raise ToolchainError(
+        raise HeaderNotFoundError(
             f"xlakern's C++ headers are missing from {d}; reinstall xlakern (pip install --no-build-isolation .)"
         )
     return d
@@ -67,7 +73,7 @@ def ffi_include_dir() -> Path:
     """jaxlib's XLA FFI header directory (``jax.ffi.include_dir()``)."""
     d = Path(jax.ffi.include_dir())
     if not (d / "xla" / "ffi" / "api" / "ffi.h").is_file():
-        raise ToolchainError(
+        raise HeaderNotFoundError(
             f"jaxlib's XLA FFI headers are not at {d}; install a jaxlib that ships them (jax>=0.4.36)"
         )
     return d
@@ -146,7 +152,8 @@ def host_compiler() -> Tool:
         words = shlex.split(cxx)
         path = shutil.which(words[0])
         if path is None:
-            raise ToolchainError(f"CXX={cxx!r} but '{words[0]}' is not an executable on PATH; fix or unset CXX")
+            raise HostCompilerNotFoundError(
+                f"CXX={cxx!r} but '{words[0]}' is not an executable on PATH; fix or unset CXX")
         # 'launcher compiler [flags]': a second word that is a program, not a flag.
         second = shutil.which(words[1]) if len(words) > 1 and not words[1].startswith("-") else None
         if second is not None:
@@ -160,7 +167,7 @@ def host_compiler() -> Tool:
                 words = [name]
                 break
         else:
-            raise ToolchainError(
+            raise HostCompilerNotFoundError(
                 "no C++ compiler found: install g++ or clang++ (e.g. apt-get install g++), or point CXX at one"
             )
     real = _real_behind_masquerade(path)
@@ -190,7 +197,7 @@ def find_nvcc() -> str:
     if env:
         if os.access(env, os.X_OK):
             return os.path.realpath(env)
-        raise ToolchainError(f"XLAKERN_NVCC={env!r} is not an executable; fix or unset it")
+        raise NvccNotFoundError(f"XLAKERN_NVCC={env!r} is not an executable; fix or unset it")
     for var in ("CUDA_HOME", "CUDA_PATH"):
         root = os.environ.get(var)
         if root:
@@ -210,7 +217,7 @@ def find_nvcc() -> str:
     tried.append(str(cand))
     if os.access(cand, os.X_OK):
         return os.path.realpath(cand)
-    raise ToolchainError(
+    raise NvccNotFoundError(
         "nvcc not found (looked at: " + ", ".join(tried) + "). Install the CUDA toolkit or "
         "'pip install nvidia-cuda-nvcc', or set XLAKERN_NVCC / CUDA_HOME"
     )
@@ -256,7 +263,7 @@ def _normalise_arch(value: object, origin: str) -> str:
     if text.endswith(("a", "f")):
         text, suffix = text[:-1], text[-1]
     if not text.isdigit() or not 2 <= len(text) <= 3:
-        raise ToolchainError(
+        raise GpuArchDetectionError(
             f"{origin}={value!r} is not a compute capability; use e.g. '9.0', '90', 'sm_90' or (9, 0)"
         )
     return text + suffix
@@ -305,7 +312,7 @@ def cuda_arch(compute_capability: object = None) -> str:
         return _normalise_arch(env, "XLAKERN_CUDA_ARCH")
     cc = gpu_compute_capability()
     if cc is None:
-        raise ToolchainError(
+        raise GpuArchDetectionError(
             "cannot tell which GPU to build for: JAX sees no GPU. Pass compute_capability='9.0' "
             "(or set XLAKERN_CUDA_ARCH=90) to build without one"
         )

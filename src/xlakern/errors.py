@@ -22,19 +22,59 @@ class SpecError(XlakernError, ValueError):
     """An entry point's arg_spec does not match its C++ signature, or is malformed."""
 
 
-class CompilationError(XlakernError):
+class KernelError(XlakernError):
+    """A kernel could not be built, loaded, registered or run (the base of the errors below).
+
+    Catching it catches every kernel failure: :class:`CompilationError`, :class:`ToolchainError`,
+    :class:`RegistrationError`, :class:`BackendError` and :class:`KernelExecutionError`.
+    """
+
+
+class CompilationError(KernelError):
     """The host compiler or nvcc rejected the sources (message holds the diagnostics)."""
 
 
-class ToolchainError(XlakernError):
+class HostCompilerIncompatibleError(CompilationError):
+    """nvcc refused the host C++ compiler's version (pass a supported one through CXX)."""
+
+
+class ToolchainError(KernelError):
     """A compiler, the CUDA toolkit, jaxlib's FFI headers or the GPU arch could not be found."""
 
 
-class RegistrationError(XlakernError):
+class NvccNotFoundError(ToolchainError):
+    """nvcc could not be found (install the CUDA toolkit, or set XLAKERN_NVCC / CUDA_HOME)."""
+
+
+class HostCompilerNotFoundError(ToolchainError):
+    """No host C++ compiler (g++, clang++) could be found, or CXX names none."""
+
+
+class HeaderNotFoundError(ToolchainError):
+    """xlakern's C++ headers or jaxlib's XLA FFI headers are missing."""
+
+
+class GpuArchDetectionError(ToolchainError):
+    """The GPU's compute capability could not be told (no GPU visible, or a malformed override)."""
+
+
+class UnsupportedArchError(ToolchainError):
+    """nvcc cannot build for the requested GPU architecture."""
+
+
+class CUDANotInstalledError(ToolchainError):
+    """A CUDA feature was asked for where the CUDA toolkit or runtime is not installed."""
+
+
+class RegistrationError(KernelError):
     """An FFI target could not be registered (name clash, broken library, ...)."""
 
 
-class KernelError(XlakernError):
+class KernelLoadError(RegistrationError):
+    """A compiled library could not be loaded (dlopen failed, or its symbols are missing)."""
+
+
+class KernelExecutionError(KernelError):
     """A kernel failed while running (a failed XK_CHECK, a C++ exception, a CUDA error)."""
 
 
@@ -58,8 +98,33 @@ class PlatformError(XlakernError, ValueError):
     """A platform name is not one of 'cpu', 'gpu', 'tpu'."""
 
 
-class BackendError(XlakernError, LookupError):
+class BackendError(KernelError, LookupError):
     """No kernel for the platform, or an unknown backend was asked for (message lists what is registered)."""
+
+
+class KernelFallbackExhaustedError(BackendError):
+    """No backend could run the call. (xlakern never falls back silently from one backend to another, so
+    it raises :class:`BackendError` itself; the name exists for code written against BrainEvent.)"""
+
+
+class MathError(XlakernError, ValueError):
+    """An operation is mathematically ill-defined for its operands (e.g. a singular system)."""
+
+
+class UnsupportedOperationError(XlakernError, TypeError):
+    """An operation has no meaning for the representation it was applied to."""
+
+
+class NotProvidedError(XlakernError, AttributeError):
+    """A BrainEvent 0.3 name xlakern deliberately does not provide; the message says what to use instead.
+
+    It is an AttributeError, so ``hasattr(xlakern, name)`` is False for these names.
+    """
+
+
+class BenchmarkDataFnNotProvidedError(XlakernError):
+    """A benchmark was asked of a primitive that has no benchmark data. (xlakern ships no benchmark harness
+    for primitives; the name exists for code written against BrainEvent.)"""
 
 
 class KernelGenerationError(XlakernError, RuntimeError):
@@ -90,4 +155,32 @@ __all__ = [
     "KernelGenerationError",
     "WarpNotInstalledError",
     "WarpTypeError",
+    "HostCompilerIncompatibleError",
+    "NvccNotFoundError",
+    "HostCompilerNotFoundError",
+    "HeaderNotFoundError",
+    "GpuArchDetectionError",
+    "UnsupportedArchError",
+    "CUDANotInstalledError",
+    "KernelLoadError",
+    "KernelExecutionError",
+    "KernelFallbackExhaustedError",
+    "MathError",
+    "UnsupportedOperationError",
+    "BenchmarkDataFnNotProvidedError",
+    "NotProvidedError",
+    # BrainEvent 0.3's names for xlakern's classes (the same class objects)
+    "BrainEventError",
+    "KernelCompilationError",
+    "KernelToolchainError",
+    "KernelRegistrationError",
+    "KernelNotAvailableError",
 ]
+
+# BrainEvent 0.3 spells some of these differently; the names below are the same classes, so an
+# `except brainevent.KernelCompilationError` in code written for it catches xlakern's CompilationError.
+BrainEventError = XlakernError
+KernelCompilationError = CompilationError
+KernelToolchainError = ToolchainError
+KernelRegistrationError = RegistrationError
+KernelNotAvailableError = BackendError
