@@ -20,24 +20,48 @@ Seed code written for BrainEvent runs with ``import xlakern as brainevent``.
 
 import importlib as _importlib
 
+from . import _not_provided
+
 from ._version import __version__
 from . import _compat  # noqa: F401  (NumPy 2.5 alias numba-cuda needs; see _compat)
 from .errors import (
     BackendError,
+    BenchmarkDataFnNotProvidedError,
     CacheError,
     CallError,
     CompilationError,
     ConfigError,
+    CUDANotInstalledError,
+    GpuArchDetectionError,
+    HeaderNotFoundError,
+    HostCompilerIncompatibleError,
+    HostCompilerNotFoundError,
     KernelError,
+    KernelExecutionError,
+    KernelFallbackExhaustedError,
     KernelGenerationError,
+    KernelLoadError,
+    MathError,
+    NotProvidedError,
+    NvccNotFoundError,
     OptionError,
     PlatformError,
     RegistrationError,
     SpecError,
     ToolchainError,
+    UnsupportedArchError,
+    UnsupportedOperationError,
     WarpNotInstalledError,
     WarpTypeError,
     XlakernError,
+)
+# BrainEvent 0.3's spellings of the same classes
+from .errors import (
+    BrainEventError,
+    KernelCompilationError,
+    KernelNotAvailableError,
+    KernelRegistrationError,
+    KernelToolchainError,
 )
 from ._cache import get_cache_dir, set_cache_dir
 from ._toolchain import include_dir
@@ -51,6 +75,7 @@ from ._loading import (
     load_cuda_dir,
     load_cuda_file,
     load_cuda_inline,
+    register_ffi_target,
 )
 from . import _module  # noqa: F401  (the loaders' old home, reached as xlakern._module)
 from ._diagnostics import print_diagnostics
@@ -61,6 +86,9 @@ from ._python_callable import numba_cuda_callable
 # Custom primitives (XLACustomKernel), backend config and Warp helpers.
 from . import config
 from ._primitive import KernelEntry, XLACustomKernel
+from ._registry import get_all_primitive_names, get_primitives_by_tags, get_registry
+from ._rules import defjvp, general_batching_rule
+from ._spec import normalize_tokens
 from ._warp import jaxinfo_to_warpinfo, jaxtype_to_warptype
 
 __all__ = [
@@ -106,6 +134,16 @@ __all__ = [
     "jaxinfo_to_warpinfo",
     "WarpNotInstalledError",
     "WarpTypeError",
+    # the rest of the error hierarchy (errors.py), and BrainEvent 0.3's names for some of its classes
+    "KernelExecutionError", "KernelLoadError", "HostCompilerIncompatibleError", "NvccNotFoundError",
+    "HostCompilerNotFoundError", "HeaderNotFoundError", "GpuArchDetectionError", "UnsupportedArchError",
+    "CUDANotInstalledError", "KernelFallbackExhaustedError", "MathError", "UnsupportedOperationError",
+    "BenchmarkDataFnNotProvidedError", "NotProvidedError",
+    "BrainEventError", "KernelCompilationError", "KernelToolchainError", "KernelRegistrationError",
+    "KernelNotAvailableError",
+    # every XLACustomKernel by name and tag; rules for any primitive; arg_spec spelling; extra target names
+    "get_registry", "get_primitives_by_tags", "get_all_primitive_names", "defjvp", "general_batching_rule",
+    "normalize_tokens", "register_ffi_target",
 ]
 
 # Event-driven operators (xlakern.event) under BrainEvent 0.3's names; the subpackage uses only
@@ -127,6 +165,19 @@ _EVENT_NAMES += (
     "update_dense_on_binary_pre", "update_dense_on_binary_post", "update_fixed_post_conn_on_binary_pre",
     "update_fixed_pre_conn_on_binary_post",
     "CSRDelayLayout", "csr_delay_deliver", "csr_delay_deliver_layout",
+    # the primitives (XLACustomKernel objects) under BrainEvent's names
+    "jits_p", "jitsmv_p", "jitsmm_p", "binary_jitsmv_p", "binary_jitsmm_p", "jitu_p", "jitumv_p", "jitumm_p",
+    "binary_jitumv_p", "binary_jitumm_p", "jitn_p", "jitnmv_p", "jitnmm_p", "binary_jitnmv_p", "binary_jitnmm_p",
+    "update_csr_on_binary_pre_p", "update_csr_on_binary_post_p", "update_dense_on_binary_pre_p",
+    "update_dense_on_binary_post_p", "fcn_plasticity_row_p", "csr_delay_deliver_p", "csr_delay_deliver_layout_p",
+)
+# BrainEvent 0.3's per-synapse (dt2t) products, indexed CSR products, row slices and index conversions
+_EVENT_NAMES += (
+    "csrmv_dt2t", "cscmv_dt2t", "csrmm_dt2t", "cscmm_dt2t", "csrmv_dt2t_p", "csrmm_dt2t_p", "fcnmv_dt2t", "fcnmm_dt2t",
+    "jitsmv_dt2t", "jitumv_dt2t", "jitnmv_dt2t",
+    "binary_csrmv_indexed", "binary_csrmm_indexed", "binary_csrmv_indexed_p", "binary_csrmm_indexed_p",
+    "csr_slice_rows", "csr_slice_rows_p", "csr_to_coo_index", "coo_to_csc_index", "csr_to_csc_index",
+    "csc_to_csr_index", "coo2csr", "IndexConversionError",
 )
 __all__ += ["event", *_EVENT_NAMES]
 
@@ -137,6 +188,8 @@ def __getattr__(name):
         return event
     if name in _EVENT_NAMES:
         return getattr(event, name)
+    if name in _not_provided.REASONS:
+        raise NotProvidedError(_not_provided.message(name, __name__))
     return event.resolve_deprecated(name, vars(event), __name__)
 
 

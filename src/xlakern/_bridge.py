@@ -27,7 +27,7 @@ import numpy as np
 from . import _compat, _runtime
 from ._arrays import as_struct, describes_array
 from ._codegen import is_control_target
-from .errors import CallError, KernelError, RegistrationError
+from .errors import CallError, KernelExecutionError, RegistrationError
 
 NUMBA_CPU_TARGET = "xlakern.numba_cpu"
 CUDA_IMAGE_TARGET = "xlakern.cuda_image"
@@ -119,10 +119,27 @@ def _traits(graph_compatible: bool) -> dict[str, Any]:
     return _compat.command_buffer_traits() if graph_compatible else {}
 
 
+# Extra names given to modules' handlers (register_ffi_target): name -> (module key, entry point).
+_aliases: dict[str, tuple[str, str]] = {}
+
+
+def register_alias(platform: str, name: str, handler: Any, owner: tuple[str, str]) -> None:
+    """Register ``handler`` (a module's entry point, ``owner`` = (module key, entry name)) under one more
+    target ``name``. The same owner again is a no-op; any other target already under ``name`` is a
+    :class:`RegistrationError` (XLA cannot re-point a live target)."""
+    with _lock:
+        if _aliases.get(name) == owner:
+            return
+        if name in _aliases or name in registered_targets():
+            raise RegistrationError(f"an FFI target named '{name}' is already registered to other code; "
+                                    f"XLA cannot re-point it. Register under another name")
+        register_targets(platform, [(name, handler, {})], accepted=lambda n: _aliases.__setitem__(n, owner))
+
+
 def registered_targets() -> list[str]:
     """Every FFI target xlakern handed to XLA in this process: modules' and generic ones."""
     modules = [t for (_, _, _, _, targets) in _runtime.modules() for t in targets if not is_control_target(t)]
-    return sorted(modules + list(_registered))
+    return sorted(modules + list(_registered) + list(_aliases))
 
 
 # Largest element count and byte size XLA can address (int64).
@@ -216,7 +233,7 @@ def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Map
 
     Eager calls go through a cached ``jax.jit`` of the single call: JAX's compiled-function fast
     path dispatches several times faster than binding the primitive eagerly each time. A
-    failure reported by an xlakern handler becomes :class:`KernelError`.
+    failure reported by an xlakern handler becomes :class:`KernelExecutionError` (a :class:`KernelError`).
     """
     aliases = dict(input_output_aliases) if input_output_aliases else None
 
@@ -241,7 +258,7 @@ def run_ffi(target: str, flat_outs: list[Any], arrays: Sequence[Any], attrs: Map
         # JaxRuntimeError: both carry XLA's status ("INTERNAL: xlakern kernel ... failed").
         text = str(err)
         if "xlakern" in text and (isinstance(err, jax.errors.JaxRuntimeError) or _XLA_STATUS.match(text)):
-            raise KernelError(text) from err
+            raise KernelExecutionError(text) from err
         raise
 
 

@@ -26,10 +26,10 @@ from typing import Any, Mapping, Sequence
 from . import _bridge, _build, _cache, _codegen, _runtime, _toolchain
 from ._calling import CALL_KEYWORDS, CompiledModule
 from ._spec import EntryPoint, Source, resolve_entry_points
-from .errors import OptionError, RegistrationError, SpecError, XlakernError
+from .errors import KernelLoadError, OptionError, RegistrationError, SpecError, XlakernError
 
 __all__ = ["load_cpp_inline", "load_cpp_file", "load_cpp_dir", "load_cuda_inline", "load_cuda_file", "load_cuda_dir",
-           "list_registered_targets", "clear_cache"]
+           "list_registered_targets", "clear_cache", "register_ffi_target"]
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # used with fullmatch: "$" would accept a final newline
 # Module names name a cache directory and a library file (lib<name>.so, beside temp and lock
@@ -63,7 +63,7 @@ def _register(name: str, key: str, lib: "_cache.VerifiedLibrary", platform: str,
     except _runtime.ModuleConflict as e:
         raise RegistrationError(_conflict_message(name, str(e))) from None
     except RuntimeError as e:
-        raise RegistrationError(
+        raise KernelLoadError(
             f"cannot load module '{name}': {e}. Delete the build with xlakern.clear_cache({name!r}) and load again"
         ) from None
     if not fresh:
@@ -478,6 +478,41 @@ for _loader, _options_doc in [(load_cpp_inline, _CPP_OPTIONS_DOC), (load_cpp_fil
                               (load_cuda_inline, _CUDA_OPTIONS_DOC), (load_cuda_file, _CUDA_OPTIONS_DOC),
                               (load_cuda_dir, _CUDA_OPTIONS_DOC), (load_cpp_dir, _CPP_OPTIONS_DOC)]:
     _loader.__doc__ += _options_doc + _RETURNS_DOC
+
+
+def register_ffi_target(target_name: str, module: CompiledModule, func_name: str, *, platform: str | None = None,
+                        replace: bool = False, content_id: str | None = None) -> None:
+    """Make ``module``'s entry point ``func_name`` callable as ``jax.ffi.ffi_call(target_name, ...)`` too.
+
+    Every entry point is already registered as ``module.targets[func_name]`` (``"<module>.<fn>"``);
+    this adds a name of the caller's choosing, as BrainEvent's function of this name does. The call
+    takes the entry point's arg_spec exactly (its attributes, with their declared types). Registering
+    the same entry point under the same name again does nothing; a name that already belongs to other
+    code raises :class:`RegistrationError` whatever ``replace`` says, since XLA cannot re-point a
+    registered target. ``platform`` (``"cpu"``, ``"gpu"``/``"CUDA"``), if given, must be the module's;
+    ``content_id`` is accepted for BrainEvent's signature (the module's content key is used instead).
+
+    Example::
+
+        mod = xlakern.load_cpp_inline("ops", SRC)
+        xlakern.register_ffi_target("my_add_one", mod, "add_one", platform="cpu")
+        y = jax.ffi.ffi_call("my_add_one", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    """
+    del replace, content_id
+    if not isinstance(module, CompiledModule):
+        raise RegistrationError(f"register_ffi_target: module must be a CompiledModule (what load_cpp_* / "
+                                f"load_cuda_* return); got {type(module).__name__}")
+    if not isinstance(target_name, str) or not target_name:
+        raise RegistrationError(f"register_ffi_target: target_name must be a non-empty string; got {target_name!r}")
+    if func_name not in module.entries:
+        raise RegistrationError(f"register_ffi_target: module '{module.name}' has no entry point '{func_name}'; "
+                                f"it has: {', '.join(module.entries) or 'none'}")
+    xla_platform = "cpu" if module.platform == "cpu" else "CUDA"
+    if platform is not None and ("cpu" if str(platform).lower() == "cpu" else "CUDA") != xla_platform:
+        raise RegistrationError(f"register_ffi_target: platform={platform!r}, but module '{module.name}' is built "
+                                f"for {'the CPU' if xla_platform == 'cpu' else 'CUDA GPUs'}")
+    handler = _runtime.handler_capsule(module.name, _codegen.handler_symbol(func_name))
+    _bridge.register_alias(xla_platform, target_name, handler, (module.key, func_name))
 
 
 def list_registered_targets() -> list[str]:

@@ -41,7 +41,7 @@ import numpy as np
 from jax.interpreters import ad, mlir
 from jax.interpreters import batching as jax_batching
 
-from . import _bridge, _compat
+from . import _bridge, _compat, _registry
 from . import config as _config
 from ._arrays import as_struct, describes_array
 from ._warp import require_warp
@@ -187,11 +187,24 @@ class XLACustomKernel:
         # How many times a generator ran, per (platform, backend); tests and users can see
         # that lowering the same call again built nothing.
         self.generator_calls: dict[tuple[str, str], int] = {}
+        self.tags: frozenset[str] = frozenset()
+        _registry.add(self)
 
     def __repr__(self) -> str:
         return f"<XLACustomKernel '{self.name}': {self._describe()}>"
 
     # ------------------------------------------------------------------ registration
+
+    def def_tags(self, *tags: str) -> None:
+        """Labels to find this kernel by (:func:`xlakern.get_primitives_by_tags`); replaces earlier tags.
+
+        Example::
+
+            op.def_tags("csr", "binary", "mv")
+        """
+        if not all(isinstance(t, str) and t for t in tags):
+            raise XlakernError(f"{self.name}.def_tags: tags must be non-empty strings; got {tags!r}")
+        self.tags = frozenset(tags)
 
     def def_kernel(self, backend: str, platform: str, generator: Callable, asdefault: bool = False) -> None:
         """Register ``generator`` as the ``backend`` kernel for ``platform`` ('cpu', 'gpu', 'tpu').

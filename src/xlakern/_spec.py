@@ -414,6 +414,23 @@ def parse_tokens(tokens: Iterable[str], where: str) -> list[tuple[str, str | Non
     return parsed
 
 
+def normalize_tokens(tokens: Iterable[str]) -> list[str]:
+    """arg_spec tokens in their canonical spelling: ``args`` -> ``arg``, ``rets`` -> ``ret``,
+    ``ctx.stream`` -> ``stream``, ``attrs.NAME[:TYPE]`` -> ``attr.NAME[:TYPE]``; others unchanged.
+    A token that is none of these raises :class:`SpecError`.
+
+    Example::
+
+        xlakern.normalize_tokens(["args", "rets", "attrs.alpha:float32", "ctx.stream"])
+        # ['arg', 'ret', 'attr.alpha:float32', 'stream']
+    """
+    tokens = list(tokens)
+    out = []
+    for (kind, name, typ) in parse_tokens(tokens, "normalize_tokens"):
+        out.append(kind if kind != "attr" else f"attr.{name}" + (f":{typ}" if typ else ""))
+    return out
+
+
 def infer_tokens(sig: Signature) -> list[str]:
     """The arg_spec implied by a C++ signature."""
     tokens = []

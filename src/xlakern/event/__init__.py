@@ -13,7 +13,7 @@ Example::
     current = brainevent.BinaryArray(spikes) @ W      # spikes: (100,) bool
 """
 
-from ._errors import EventDTypeError, EventShapeError, EventUnitError
+from ._errors import EventDTypeError, EventShapeError, EventUnitError, IndexConversionError
 from ._events import BinaryArray, BitPackedBinary, CompactBinary, EventRepresentation, WeightedArray, bitpack
 from ._kernels import (
     binary_csrmm_p, binary_csrmv_p, binary_densemm_p, binary_densemv_p, binary_fcnmm_p, binary_fcnmv_p, csrmm_p,
@@ -57,7 +57,7 @@ __all__ = [
     "binary_densemv", "binary_densemm",
     "binary_csrmv_p", "binary_csrmm_p", "csrmv_p", "csrmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcnmv_p",
     "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
-    "EventShapeError", "EventDTypeError", "EventUnitError",
+    "EventShapeError", "EventDTypeError", "EventUnitError", "IndexConversionError",
     # xlakern's own (not BrainEvent's): the fused LIF network simulator
     "LIFParams", "LIFState", "run_lif_network", "lif_network_run_p", "run_lif_network_sharded", "lif_shard_step_p",
 ]
@@ -104,3 +104,26 @@ __all__ += [
 from ._delay import CSRDelayLayout, csr_delay_deliver, csr_delay_deliver_layout, csr_delay_deliver_p  # noqa: E402
 
 __all__ += ["CSRDelayLayout", "csr_delay_deliver", "csr_delay_deliver_layout", "csr_delay_deliver_p"]
+
+# BrainEvent 0.3 has one primitive per plasticity function and per delay variant; xlakern runs each
+# family through one XLACustomKernel, so those names are that kernel (for backend selection and
+# introspection: it takes xlakern's operands, so call the functions above for BrainEvent's signatures).
+update_csr_on_binary_pre_p = update_csr_on_binary_post_p = plasticity_update_p
+update_dense_on_binary_pre_p = update_dense_on_binary_post_p = fcn_plasticity_row_p = plasticity_update_p
+csr_delay_deliver_layout_p = csr_delay_deliver_p
+__all__ += ["update_csr_on_binary_pre_p", "update_csr_on_binary_post_p", "update_dense_on_binary_pre_p",
+            "update_dense_on_binary_post_p", "fcn_plasticity_row_p", "csr_delay_deliver_layout_p"]
+
+
+# BrainEvent 0.3's per-synapse (dt2t) products, indexed CSR products, row slices and index conversions.
+from ._dt2t import (  # noqa: E402
+    cscmm_dt2t, cscmv_dt2t, csrmm_dt2t, csrmm_dt2t_p, csrmv_dt2t, csrmv_dt2t_p, fcnmm_dt2t, fcnmv_dt2t, jitnmv_dt2t,
+    jitsmv_dt2t, jitumv_dt2t,
+)
+from ._csr_tools import (  # noqa: E402
+    binary_csrmm_indexed, binary_csrmm_indexed_p, binary_csrmv_indexed, binary_csrmv_indexed_p, coo2csr,
+    coo_to_csc_index, csc_to_csr_index, csr_slice_rows, csr_slice_rows_p, csr_to_coo_index, csr_to_csc_index,
+)
+from . import _csr_tools as _csr_tools_module, _dt2t as _dt2t_module  # noqa: E402
+
+__all__ += [*_dt2t_module.__all__, *_csr_tools_module.__all__]

@@ -29,17 +29,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import XLACustomKernel
-from ..errors import XlakernError
 from . import _kernels as K
 from . import _units
-from ._errors import EventDTypeError, EventShapeError
+from ._errors import EventDTypeError, EventShapeError, IndexConversionError
 from ._ops import _index, _shape2, _weights, binary_csrmm, binary_csrmv
 
 __all__ = [
     "binary_csrmv_indexed", "binary_csrmm_indexed", "binary_csrmv_indexed_p", "binary_csrmm_indexed_p",
     "csr_slice_rows", "csr_slice_rows_p",
     "csr_to_coo_index", "coo_to_csc_index", "csr_to_csc_index", "csc_to_csr_index", "coo2csr",
-    "IndexConversionError",
 ]
 
 _PLATFORMS = ("cpu", "gpu", "tpu")
@@ -105,6 +103,7 @@ def _indexed_primitive(mm: bool) -> XLACustomKernel:
     accumulation dtype. Its kernel gathers ``data[perm]`` and binds xlakern's CSR event product,
     which lowers to that product's own kernel (C++ on cpu, CUDA on gpu)."""
     op = XLACustomKernel("binary_csrmm_indexed" if mm else "binary_csrmv_indexed")
+    op.def_tags("event", "csr", "binary", "indexed", "mm" if mm else "mv")
 
     def weights_of(data, perm):
         return data if data.size == 1 else data[perm]
@@ -165,6 +164,7 @@ def slice_rows_jnp(data, indices, indptr, row_indices, *, shape):
 
 def _slice_rows_primitive() -> XLACustomKernel:
     op = XLACustomKernel("csr_slice_rows")
+    op.def_tags("event", "csr", "slice")
 
     def generator(outs, shape):
         return functools.partial(slice_rows_jnp, shape=shape)
@@ -223,10 +223,6 @@ def csr_slice_rows(data, indices, indptr, row_indices, *, shape, backend: Option
 
 
 # ----------------------------------------------------------------------------- index conversions
-
-class IndexConversionError(XlakernError, ValueError):
-    """A structure conversion was given an unknown method or coordinates outside the shape."""
-
 
 _INT32_MAX = np.iinfo(np.int32).max
 

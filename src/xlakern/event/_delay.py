@@ -57,6 +57,7 @@ def reference_deliver(ring, events, data, indices, indptr, delays, t, *, weighte
 
 def _register():
     op = XLACustomKernel("csr_delay_deliver")
+    op.def_tags("event", "csr", "delay")
 
     def compiled(module_fn):
         def generator(outs, weighted):

@@ -70,6 +70,7 @@ def csr_dt2t_jnp(y, w, indices, indptr, *, shape, transpose):
 
 def _csr_dt2t_primitive(name: str) -> XLACustomKernel:
     op = XLACustomKernel(name)
+    op.def_tags("event", "csr", "dt2t", "mm" if name.startswith("csrmm") else "mv")
 
     def generator(outs, shape, transpose):
         return functools.partial(csr_dt2t_jnp, shape=shape, transpose=transpose)

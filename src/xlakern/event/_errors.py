@@ -23,3 +23,8 @@ class EventDTypeError(XlakernError, TypeError):
 
 class EventUnitError(XlakernError, TypeError):
     """Operands' brainunit units do not combine (e.g. adding a quantity to a plain array)."""
+
+
+class IndexConversionError(XlakernError, ValueError):
+    """A structure conversion (csr_to_csc_index, coo2csr, ...) was given an unknown method or coordinates
+    outside the shape."""

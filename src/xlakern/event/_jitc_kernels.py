@@ -150,6 +150,9 @@ def _undefined(x):
     return ad.is_undefined_primal(x)
 
 
+_WEIGHT_LAW = {"s": "scalar", "u": "uniform", "n": "normal"}  # tags of each family
+
+
 class _JitcKind:
     """The primitives of one weight kind: binary/float x mv/mm products and the materialisation."""
 
@@ -161,9 +164,11 @@ class _JitcKind:
             for mm in (False, True):
                 name = ("binary_" if binary else "") + f"jit{letter}" + ("mm" if mm else "mv")
                 op = XLACustomKernel(name)
+                op.def_tags("event", "jitc", _WEIGHT_LAW[letter], "binary" if binary else "float", "mm" if mm else "mv")
                 self._register_product(op, binary)
                 self.ops[(binary, mm)] = op
         self.dense = XLACustomKernel(f"jit{letter}")
+        self.dense.def_tags("event", "jitc", _WEIGHT_LAW[letter], "dense")
         self._register_dense(self.dense)
 
     def _register_product(self, op, binary):

@@ -160,6 +160,7 @@ class _Family:
             for mm in (False, True):
                 name = ("binary_" if binary else "") + family + ("mm" if mm else "mv")
                 op = XLACustomKernel(name)
+                op.def_tags("event", family, "binary" if binary else "float", "mm" if mm else "mv")
                 self._register(op, binary)
                 self.ops[(binary, mm)] = op
 

@@ -190,6 +190,7 @@ def reference_run(v, ge, gi, ref, spk, idx_e, w_e, idx_i, w_i, params, *, n_exc,
 
 def _register() -> XLACustomKernel:
     op = XLACustomKernel("lif_network_run")
+    op.def_tags("event", "network")
     state_aliases = {i: i for i in range(5)}  # the state is updated in its own buffers
 
     def cpu(outs, **static):

@@ -68,6 +68,7 @@ def reference_shard_step(v, ge, gi, ref, count, spikes, idx_e, w_e, idx_i, w_i, 
 
 def _register() -> XLACustomKernel:
     op = XLACustomKernel("lif_shard_step")
+    op.def_tags("event", "network")
 
     def cpu(outs, **static):
         return lambda *args: _cpu_module().lif_shard_step(*args, outs=list(outs), input_output_aliases=_STATE_ALIASES,

@@ -107,6 +107,7 @@ def _jvp_bounds(t, weight, indices, indptr, perm, spikes, trace, bounds, *, outs
 
 def _register():
     op = XLACustomKernel("plasticity_update")
+    op.def_tags("event", "plasticity")
 
     def compiled(module_fn):
         def generator(outs, **static):
