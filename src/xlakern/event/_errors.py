@@ -23,3 +23,38 @@ class EventDTypeError(XlakernError, TypeError):
 
 class EventUnitError(XlakernError, TypeError):
     """Operands' brainunit units do not combine (e.g. adding a quantity to a plain array)."""
+
+
+class UnsupportedOperationError(XlakernError, NotImplementedError):
+    """A method that a layout deliberately refuses (BrainEvent's name), e.g. a plasticity update on a
+    JITC matrix, which stores no per-synapse weight.
+
+    Example::
+
+        try:
+            jitc.update_on_pre(pre_spikes, post_trace)
+        except xlakern.event.UnsupportedOperationError:
+            jitc.tocsr().update_on_pre(pre_spikes, post_trace)
+    """
+
+
+class EventDependencyError(XlakernError, ImportError):
+    """An optional package a method needs is not installed (e.g. brainunit for ``tocoo()``).
+
+    Example::
+
+        try:
+            coo = W.tocoo()
+        except xlakern.event.EventDependencyError:
+            coo = None   # pip install brainunit
+    """
+
+
+class EventBufferError(XlakernError, ValueError):
+    """A layout buffer name that is not registered, or that would shadow one of the layout's own attributes.
+
+    Example::
+
+        W.register_buffer("delays", d)
+        W.set_buffer("delays", d + 1)     # fine; set_buffer("other", x) raises EventBufferError
+    """
