@@ -111,8 +111,9 @@ class MathError(XlakernError, ValueError):
     """An operation is mathematically ill-defined for its operands (e.g. a singular system)."""
 
 
-class UnsupportedOperationError(XlakernError, TypeError):
-    """An operation has no meaning for the representation it was applied to."""
+class UnsupportedOperationError(XlakernError, NotImplementedError):
+    """An operation the representation deliberately refuses (e.g. a plasticity update on a JITC matrix, which
+    stores no per-synapse weight); the message says what to do instead."""
 
 
 class NotProvidedError(XlakernError, AttributeError):

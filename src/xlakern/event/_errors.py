@@ -10,7 +10,12 @@ Example::
 
 from __future__ import annotations
 
-from ..errors import XlakernError
+from ..errors import UnsupportedOperationError, XlakernError
+
+# UnsupportedOperationError (a method a layout deliberately refuses, e.g. a plasticity update on a JITC
+# matrix, which stores no per-synapse weight) is xlakern's, defined with the other errors.
+__all__ = ["EventShapeError", "EventDTypeError", "EventUnitError", "IndexConversionError", "EventDependencyError",
+           "EventBufferError", "UnsupportedOperationError"]
 
 
 class EventShapeError(XlakernError, ValueError):
@@ -28,3 +33,25 @@ class EventUnitError(XlakernError, TypeError):
 class IndexConversionError(XlakernError, ValueError):
     """A structure conversion (csr_to_csc_index, coo2csr, ...) was given an unknown method or coordinates
     outside the shape."""
+
+
+class EventDependencyError(XlakernError, ImportError):
+    """An optional package a method needs is not installed (e.g. brainunit for ``tocoo()``).
+
+    Example::
+
+        try:
+            coo = W.tocoo()
+        except xlakern.event.EventDependencyError:
+            coo = None   # pip install brainunit
+    """
+
+
+class EventBufferError(XlakernError, ValueError):
+    """A layout buffer name that is not registered, or that would shadow one of the layout's own attributes.
+
+    Example::
+
+        W.register_buffer("delays", d)
+        W.set_buffer("delays", d + 1)     # fine; set_buffer("other", x) raises EventBufferError
+    """

@@ -22,19 +22,21 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import register_pytree_node_class
 
 from . import _jitc_kernels as JK
 from . import _units
-from ._errors import EventDTypeError, EventShapeError, EventUnitError
+from ._errors import EventDTypeError, EventShapeError, EventUnitError, UnsupportedOperationError
 from ._events import EventRepresentation
 from ._kernels import SDS, acc_dtype
 from ._layouts import DataRepresentation
 from ._ops import _check_spikes, _shape2, _spikes, _weights
 
 __all__ = [
+    "JITCMatrix", "JITCScalarMatrix", "JITCUniformMatrix", "JITCNormalMatrix",
     "JITCScalarR", "JITCScalarC", "JITCUniformR", "JITCUniformC", "JITCNormalR", "JITCNormalC",
     "jits", "jitsmv", "jitsmm", "binary_jitsmv", "binary_jitsmm",
     "jitu", "jitumv", "jitumm", "binary_jitumv", "binary_jitumm",
@@ -335,11 +337,20 @@ _DENSE = {"s": jits, "u": jitu, "n": jitn}
 
 # ----------------------------------------------------------------------------- matrices
 
-class _JITCMatrix(DataRepresentation):
-    """Base of the JITC matrices. Leaves: the weight parameter(s) and the seed; static: prob,
-    shape, corder, backend. ``R`` classes are the matrix ``M`` of ``shape`` as the operators define
-    it; ``C`` classes of shape (m, n) are the transpose of the ``R`` matrix of shape (n, m) with the
-    same arguments, so ``.T`` flips between them without changing a weight."""
+class JITCMatrix(DataRepresentation):
+    """Base of the JITC matrices (BrainEvent's name). Leaves: the weight parameter(s), the seed and
+    any registered buffers; static: prob, shape, corder, backend. ``R`` classes are the matrix ``M``
+    of ``shape`` as the operators define it; ``C`` classes of shape (m, n) are the transpose of the
+    ``R`` matrix of shape (n, m) with the same arguments, so ``.T`` flips between them without
+    changing a weight.
+
+    Example::
+
+        W = xlakern.JITCNormalR((0.0, 0.1, 0.02, 42), shape=(1000, 2000))
+        assert isinstance(W, xlakern.JITCMatrix)
+    """
+
+    __module__ = "xlakern"
 
     _letter = "s"
     _columns = False  # the C classes
@@ -356,6 +367,7 @@ class _JITCMatrix(DataRepresentation):
         if seed is None:
             seed = np.random.randint(0, 10 ** 8)
         self._set(tuple(weights) + (seed,), _prob(type(self).__name__, prob), shape, corder, backend)
+        self._init_buffers(buffers)
 
     def _set(self, children, prob, shape, corder, backend):
         self.weights = tuple(children[:-1])
@@ -366,12 +378,13 @@ class _JITCMatrix(DataRepresentation):
         self.backend = backend
 
     def tree_flatten(self):
-        return self.weights + (self.seed,), (self.prob, self.shape, self.corder, self.backend)
+        return self.weights + (self.seed, self.buffers), (self.prob, self.shape, self.corder, self.backend)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
-        obj._set(tuple(children), *aux)
+        obj._set(tuple(children[:-1]), *aux)
+        obj._buffers = dict(children[-1])
         return obj
 
     @property
@@ -407,10 +420,118 @@ class _JITCMatrix(DataRepresentation):
     def T(self):
         other = _TRANSPOSED[type(self)]
         return other.tree_unflatten((self.prob, self.shape[::-1], self.corder, self.backend),
-                                    self.weights + (self.seed,))
+                                    self.weights + (self.seed, self.buffers))
 
     def transpose(self, axes=None):
+        """The transpose (the C form of an R matrix and back), no weight changed.
+
+        Example::
+
+            Wt = W.transpose()
+        """
+        if axes is not None and tuple(axes) != (1, 0):
+            raise EventShapeError(f"{type(self).__name__}.transpose: axes must be None or (1, 0); got {axes!r}")
         return self.T
+
+    def sum(self, axis=None):
+        """Sum of the entries (``axis=None``) or along ``axis``, of exactly the materialised weights
+        (costs a dense ``shape`` matrix).
+
+        Example::
+
+            total = W.sum()
+        """
+        dense, unit = _units.split(self.todense())
+        return _units.attach(jnp.sum(dense, axis=axis), unit)
+
+    def _concrete_dense(self, name):
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(self)):
+            raise EventShapeError(f"{name}: the matrix's weights or seed are traced; the sparse structure needs "
+                                  f"concrete values (convert outside jit)")
+        return self.todense()
+
+    def tocsr(self):
+        """The same matrix in compressed rows: exactly the materialised weights (eager only; an
+        entry whose weight is exactly 0 is not stored).
+
+        Example::
+
+            csr = xlakern.JITCScalarR((0.5, 0.1, 42), shape=(100, 200)).tocsr()
+        """
+        from ._layouts import CSR
+
+        csr = CSR.fromdense(self._concrete_dense(f"{type(self).__name__}.tocsr"))
+        return CSR(csr._arrays(), shape=csr.shape, backend=self.backend)
+
+    def tocsc(self):
+        """The same matrix in compressed columns (see :meth:`tocsr`).
+
+        Example::
+
+            csc = xlakern.JITCScalarR((0.5, 0.1, 42), shape=(100, 200)).tocsc()
+        """
+        return self.tocsr().tocsc()
+
+    def tocoo(self):
+        """The same matrix as a ``brainunit.sparse.COO`` (see :meth:`tocsr`; needs brainunit).
+
+        Example::
+
+            coo = xlakern.JITCScalarR((0.5, 0.1, 42), shape=(100, 200)).tocoo()
+        """
+        return self.tocsr().tocoo()
+
+    @classmethod
+    def fromdense(cls, mat, **kwargs):
+        """Refused, as in BrainEvent: the ``(prob, seed)`` behind a dense matrix cannot be recovered.
+
+        Example::
+
+            W = xlakern.CSR.fromdense(mat)   # a stored layout instead
+        """
+        raise UnsupportedOperationError(f"{cls.__name__}.fromdense: a JITC matrix is generated from (prob, seed), "
+                                        f"which a dense matrix does not determine; use CSR.fromdense")
+
+    def _refuse(self, method):
+        raise UnsupportedOperationError(f"{type(self).__name__}.{method}: a JITC matrix stores no per-synapse "
+                                        f"weight; materialise it first (W.tocsr().{method}(...))")
+
+    def update_on_pre(self, *args, **kwargs):
+        """Refused, as in BrainEvent (no per-synapse weight to update); use ``W.tocsr().update_on_pre``.
+
+        Example::
+
+            W2 = W.tocsr().update_on_pre(pre_spikes, post_trace)
+        """
+        self._refuse("update_on_pre")
+
+    def update_on_post(self, *args, **kwargs):
+        """Refused, as in BrainEvent (no per-synapse weight to update); use ``W.tocsr().update_on_post``.
+
+        Example::
+
+            W2 = W.tocsr().update_on_post(pre_trace, post_spikes)
+        """
+        self._refuse("update_on_post")
+
+    def apply(self, fn):
+        """Not supported here (BrainEvent maps the distribution's parameters, a different operation
+        per kind); use ``with_data`` with the new parameters, or ``W.tocsr().apply(fn)``.
+
+        Example::
+
+            W2 = W.with_data(*(2 * w for w in W.weights))
+        """
+        self._refuse("apply")
+
+    def apply2(self, other, fn, *, reverse: bool = False):
+        """Not supported here (see :meth:`apply`); scalar ``*`` and ``/`` scale the weights.
+
+        Example::
+
+            W2 = W * 2.0
+        """
+        self._refuse("apply2")
 
     def with_data(self, *weights):
         """The same connectivity (seed, prob) with other weight parameter(s).
@@ -420,7 +541,7 @@ class _JITCMatrix(DataRepresentation):
             W2 = W.with_data(W.weights[0] * 2)
         """
         return type(self).tree_unflatten((self.prob, self.shape, self.corder, self.backend),
-                                         tuple(weights) + (self.seed,))
+                                         tuple(weights) + (self.seed, self.buffers))
 
     def _replace_data(self, data):
         return self.with_data(data) if self._nparams == 1 else NotImplemented
@@ -476,8 +597,17 @@ class _JITCMatrix(DataRepresentation):
         return self._product(other, False)
 
 
+class JITCScalarMatrix(JITCMatrix):
+    """Base of the one-scalar-weight JITC matrices, :class:`JITCScalarR` and :class:`JITCScalarC`.
+
+    Example::
+
+        assert isinstance(xlakern.JITCScalarC((0.1, 0.02, 42), shape=(10, 20)), xlakern.JITCScalarMatrix)
+    """
+
+
 @register_pytree_node_class
-class JITCScalarR(_JITCMatrix):
+class JITCScalarR(JITCScalarMatrix):
     """JITC matrix with one scalar weight: ``JITCScalarR((weight, prob, seed), shape=(m, n), corder=False)``.
 
     Example::
@@ -488,7 +618,7 @@ class JITCScalarR(_JITCMatrix):
 
 
 @register_pytree_node_class
-class JITCScalarC(JITCScalarR):
+class JITCScalarC(JITCScalarMatrix):
     """The transpose form of :class:`JITCScalarR` (``JITCScalarR(..., shape=(n, m)).T``).
 
     Example::
@@ -499,13 +629,12 @@ class JITCScalarC(JITCScalarR):
     _columns = True
 
 
-@register_pytree_node_class
-class JITCUniformR(_JITCMatrix):
-    """JITC matrix with weights uniform in ``(w_low, w_high]``: ``JITCUniformR((w_low, w_high, prob, seed), shape=...)``.
+class JITCUniformMatrix(JITCMatrix):
+    """Base of the uniform-weight JITC matrices, :class:`JITCUniformR` and :class:`JITCUniformC`.
 
     Example::
 
-        W = xlakern.JITCUniformR((0.0, 0.2, 0.02, 42), shape=(1000, 2000))
+        assert isinstance(xlakern.JITCUniformR((0.0, 0.2, 0.02, 42), shape=(10, 20)), xlakern.JITCUniformMatrix)
     """
 
     _letter = "u"
@@ -513,7 +642,17 @@ class JITCUniformR(_JITCMatrix):
 
 
 @register_pytree_node_class
-class JITCUniformC(JITCUniformR):
+class JITCUniformR(JITCUniformMatrix):
+    """JITC matrix with weights uniform in ``(w_low, w_high]``: ``JITCUniformR((w_low, w_high, prob, seed), shape=...)``.
+
+    Example::
+
+        W = xlakern.JITCUniformR((0.0, 0.2, 0.02, 42), shape=(1000, 2000))
+    """
+
+
+@register_pytree_node_class
+class JITCUniformC(JITCUniformMatrix):
     """The transpose form of :class:`JITCUniformR`.
 
     Example::
@@ -524,13 +663,12 @@ class JITCUniformC(JITCUniformR):
     _columns = True
 
 
-@register_pytree_node_class
-class JITCNormalR(_JITCMatrix):
-    """JITC matrix with normal weights: ``JITCNormalR((w_loc, w_scale, prob, seed), shape=...)``.
+class JITCNormalMatrix(JITCMatrix):
+    """Base of the normal-weight JITC matrices, :class:`JITCNormalR` and :class:`JITCNormalC`.
 
     Example::
 
-        W = xlakern.JITCNormalR((0.0, 0.1, 0.02, 42), shape=(1000, 2000))
+        assert isinstance(xlakern.JITCNormalC((0.0, 0.1, 0.02, 42), shape=(10, 20)), xlakern.JITCNormalMatrix)
     """
 
     _letter = "n"
@@ -538,7 +676,17 @@ class JITCNormalR(_JITCMatrix):
 
 
 @register_pytree_node_class
-class JITCNormalC(JITCNormalR):
+class JITCNormalR(JITCNormalMatrix):
+    """JITC matrix with normal weights: ``JITCNormalR((w_loc, w_scale, prob, seed), shape=...)``.
+
+    Example::
+
+        W = xlakern.JITCNormalR((0.0, 0.1, 0.02, 42), shape=(1000, 2000))
+    """
+
+
+@register_pytree_node_class
+class JITCNormalC(JITCNormalMatrix):
     """The transpose form of :class:`JITCNormalR`.
 
     Example::

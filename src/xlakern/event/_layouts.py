@@ -18,16 +18,18 @@ Example::
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import register_pytree_node_class
 
 from . import _ops
 from . import _units
-from ._errors import EventShapeError, EventUnitError
-from ._events import EventRepresentation
+from ._errors import EventBufferError, EventDependencyError, EventShapeError, EventUnitError
+from ._events import EventRepresentation, _raw
 from ._kernels import synapse_rows
 
 __all__ = ["DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost"]
@@ -63,12 +65,14 @@ class DataRepresentation:
         return (self.data, self.indices) if self._fixed else (self.data, self.indices, self.indptr)
 
     def tree_flatten(self):
-        return self._arrays(), (tuple(self.shape), self.backend)
+        # the buffers ride as one dict child: leaves (traced under jit), and no extra leaf when empty
+        return self._arrays() + (self.buffers,), (tuple(self.shape), self.backend)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
-        obj._set(children, *aux)
+        obj._set(tuple(children[:-1]), *aux)
+        obj._buffers = dict(children[-1])
         return obj
 
     def _set(self, arrays, shape, backend=None):
@@ -95,7 +99,9 @@ class DataRepresentation:
         return self._replace_data(data)
 
     def _replace_data(self, data):
-        return type(self)((data,) + self._arrays()[1:], shape=self.shape, backend=self.backend)
+        # same structure: the buffers (derived from it, or the user's) stay valid
+        return type(self)((data,) + self._arrays()[1:], shape=self.shape, backend=self.backend,
+                          buffers=self.buffers)
 
     def __repr__(self):
         return f"{type(self).__name__}(shape={self.shape}, nse={self.nse}, dtype={self.dtype})"
@@ -168,18 +174,42 @@ class DataRepresentation:
         return out.T if np.ndim(mantissa) == 2 else out
 
     # -------------------------------------------------------------- dense views
-    def _stored_dense(self):
-        data, unit = _units.split(self.data)
-        rows, cols = self._stored_shape()
+    def _stored_structure(self):
+        """(indices, indptr) of the stored matrix as compressed rows (a fixed-count layout's rows
+        are K apart)."""
         idx = self.indices.reshape(-1)
-        nse = idx.shape[0]
-        if self._fixed:
-            r = jnp.arange(nse) // max(self.indices.shape[1], 1)
-        else:
-            r, inside = synapse_rows(idx, self.indptr, rows, -1)
-            idx = jnp.where(inside, idx, cols)  # synapses outside every row: dropped like out-of-range ones
-        w = jnp.broadcast_to(jnp.asarray(data).reshape(-1), (nse,))
-        dense = jnp.zeros((rows, cols), w.dtype).at[r, idx].add(w, mode="drop")
+        if not self._fixed:
+            return idx, self.indptr
+        rows, k = self.indices.shape
+        return idx, jnp.arange(rows + 1, dtype=idx.dtype) * k
+
+    def _stored_entries(self):
+        """(row, col, inside) of every stored synapse in storage order, in the stored matrix;
+        ``inside`` is False for a synapse outside every row or with an out-of-range index."""
+        idx, indptr = self._stored_structure()
+        rows, cols = self._stored_shape()
+        r, inside = synapse_rows(idx, indptr, rows, self.indices.shape[1] if self._fixed else -1)
+        return r, idx, inside & (idx >= 0) & (idx < cols)
+
+    def _entries(self):
+        """(row, col, inside) of every stored synapse in storage order, in ``W``'s orientation."""
+        r, c, inside = self._stored_entries()
+        return (c, r, inside) if self._flipped else (r, c, inside)
+
+    def _shared(self) -> bool:
+        return np.size(_units.split(self.data)[0]) == 1 and self.nse != 1
+
+    def _flat_data(self):
+        """One weight per synapse in storage order (a shared weight broadcast), keeping its unit."""
+        data, unit = _units.split(self.data)
+        return _units.attach(jnp.broadcast_to(jnp.asarray(data).reshape(-1), (self.nse,)), unit)
+
+    def _stored_dense(self):
+        data, unit = _units.split(self._flat_data())
+        r, c, inside = self._stored_entries()
+        rows, cols = self._stored_shape()
+        # synapses outside every row or out of range are dropped
+        dense = jnp.zeros((rows, cols), data.dtype).at[r, jnp.where(inside, c, cols)].add(data, mode="drop")
         return dense, unit
 
     def todense(self):
@@ -191,6 +221,295 @@ class DataRepresentation:
         """
         dense, unit = self._stored_dense()
         return _units.attach(dense.T if self._flipped else dense, unit)
+
+    # -------------------------------------------------------------- buffers
+    def _init_buffers(self, buffers):
+        self._buffers = {}
+        if buffers is None:
+            return
+        if not isinstance(buffers, dict):
+            raise EventBufferError(f"{type(self).__name__}: buffers must be a dict of name -> value; got "
+                                   f"{type(buffers).__name__}")
+        for name, value in buffers.items():
+            self.register_buffer(name, value)
+
+    @property
+    def buffers(self) -> dict:
+        """The auxiliary values carried with the layout (a copy of the name -> value dict). They
+        are pytree leaves, so they go through ``jit`` with the layout.
+
+        Example::
+
+            W = xlakern.CSR((data, indices, indptr), shape=(3, 4), buffers={"delays": d})
+            W.buffers["delays"]
+        """
+        return dict(self.__dict__.get("_buffers", {}))
+
+    def register_buffer(self, name: str, value=None):
+        """Attach ``value`` under ``name`` (then readable as ``W.name`` and in ``W.buffers``).
+
+        Example::
+
+            W.register_buffer("delays", jnp.zeros(W.nse))
+            W.delays
+        """
+        if not isinstance(name, str) or not name.isidentifier():
+            raise EventBufferError(f"{type(self).__name__}.register_buffer: name must be an identifier; got {name!r}")
+        if name not in self.__dict__.get("_buffers", {}) and (hasattr(type(self), name) or name in self.__dict__):
+            raise EventBufferError(f"{type(self).__name__}.register_buffer: name {name!r} would shadow the layout's "
+                                   f"own attribute; pick another name")
+        self._buffers = {**self.buffers, name: value}
+
+    def set_buffer(self, name: str, value):
+        """Replace the value of a buffer registered earlier.
+
+        Example::
+
+            W.set_buffer("delays", W.delays + 1)
+        """
+        if name not in self.buffers:
+            raise EventBufferError(f"{type(self).__name__}.set_buffer: no buffer named {name!r} (registered: "
+                                   f"{sorted(self.buffers)}); call register_buffer first")
+        self._buffers = {**self.buffers, name: value}
+
+    def __getattr__(self, name):
+        # only reached when normal lookup fails: registered buffers read as attributes
+        buffers = self.__dict__.get("_buffers", {})
+        if name in buffers:
+            return buffers[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # -------------------------------------------------------------- array-like metadata
+    @property
+    def ndim(self) -> int:
+        """2: a layout is a matrix.
+
+        Example::
+
+            assert W.ndim == 2
+        """
+        return 2
+
+    @property
+    def size(self) -> int:
+        """Entries of the dense matrix, ``rows * cols`` (``nse`` counts the stored ones).
+
+        Example::
+
+            assert W.size == W.shape[0] * W.shape[1]
+        """
+        return int(self.shape[0]) * int(self.shape[1])
+
+    def block_until_ready(self):
+        """Wait until every array of the layout is computed; returns the layout.
+
+        Example::
+
+            W = W.update_on_pre(pre_spikes, post_trace).block_until_ready()
+        """
+        jax.block_until_ready(jax.tree_util.tree_leaves(self))
+        return self
+
+    # -------------------------------------------------------------- reductions and maps
+    def sum(self, axis=None):
+        """Sum of the matrix's entries: a scalar for ``axis=None`` (a shared weight counts once per
+        synapse), the row sums for ``axis=1`` and the column sums for ``axis=0``.
+
+        Example::
+
+            total = W.sum()
+            out_strength = W.sum(axis=1)   # one value per row
+        """
+        data, unit = _units.split(self.data)
+        if axis is None:
+            total = jnp.sum(jnp.asarray(data)) * (self.nse if self._shared() else 1)
+            return _units.attach(total, unit)
+        try:
+            ax = int(axis)
+        except Exception:
+            raise EventShapeError(f"{type(self).__name__}.sum: axis must be None, 0 or 1; got {axis!r}") from None
+        if ax not in (0, 1, -1, -2):
+            raise EventShapeError(f"{type(self).__name__}.sum: axis must be None, 0 or 1; got {axis!r}")
+        ax %= 2
+        w = _units.split(self._flat_data())[0]
+        rows, cols, inside = self._entries()
+        # axis=1 keeps the rows: each synapse adds into its row
+        segment, n = (rows, self.shape[0]) if ax == 1 else (cols, self.shape[1])
+        out = jnp.zeros((n,), w.dtype).at[jnp.where(inside, segment, n)].add(w, mode="drop")
+        return _units.attach(out, unit)
+
+    def transpose(self, axes=None):
+        """The transpose (``W.T``): the same arrays read the other way round.
+
+        Example::
+
+            Wt = W.transpose()    # CSR -> CSC of shape (n, m)
+        """
+        if axes is not None and tuple(axes) != (1, 0):
+            raise EventShapeError(f"{type(self).__name__}.transpose: axes must be None or (1, 0); got {axes!r}")
+        return self.T
+
+    def apply(self, fn):
+        """The same structure with ``fn(data)`` as weights; ``fn`` may change the dtype or the unit
+        but must keep the shape of ``data``.
+
+        Example::
+
+            W2 = W.apply(jnp.abs)
+        """
+        data = fn(self.data)
+        old, new = np.shape(_units.split(self.data)[0]), np.shape(_units.split(data)[0])
+        if old != new:
+            raise EventShapeError(f"{type(self).__name__}.apply: fn returned shape {new}; it must keep data's "
+                                  f"shape {old}")
+        return self._replace_data(data)
+
+    def apply2(self, other, fn, *, reverse: bool = False):
+        """``fn(W, other)`` (``fn(other, W)`` with ``reverse=True``) on the stored entries:
+        ``other`` is a scalar, a dense ``shape`` matrix (read at the stored positions) or a layout
+        of the same type sharing this one's index arrays. For CSR/CSC, ``operator.add`` and
+        ``operator.sub`` change the zeros too, so they return the dense result (as BrainEvent's do).
+
+        Example::
+
+            W2 = W.apply2(2.0, operator.mul)
+            W3 = W.apply2(mask_dense, operator.mul)   # weights times mask[i, j]
+        """
+        name = f"{type(self).__name__}.apply2"
+        if not self._fixed and fn in (operator.add, operator.sub):
+            dense = self.todense()
+            return fn(other, dense) if reverse else fn(dense, other)
+        if isinstance(other, DataRepresentation):
+            same = (type(other) is type(self) and other.shape == self.shape
+                    and all(a is b for a, b in zip(self._arrays()[1:], other._arrays()[1:])))
+            if not same:
+                raise EventShapeError(f"{name}: other is a {type(other).__name__} of shape {other.shape}; a layout "
+                                      f"operand must be a {type(self).__name__} sharing this one's index arrays "
+                                      f"(e.g. built with with_data); use todense() otherwise")
+            operand = other.data
+        elif _is_scalar(other):
+            operand = other
+        else:
+            m = _units.split(other)[0]
+            if np.shape(m) != self.shape:
+                raise EventShapeError(f"{name}: other has shape {np.shape(m)}; expected a scalar or the matrix "
+                                      f"shape {self.shape}")
+            rows, cols, _ = self._entries()
+            operand = (other if _units.is_quantity(other) else jnp.asarray(other))[rows, cols]
+            operand = operand.reshape(self.indices.shape)
+        return self._replace_data(fn(operand, self.data) if reverse else fn(self.data, operand))
+
+    # -------------------------------------------------------------- conversions
+    def _compressed(self, as_stored: bool):
+        """(data, indices, indptr) compressing the entries by stored rows (``as_stored``) or by the
+        other axis (a stable regrouping, so entries keep their order inside a group)."""
+        from ._plasticity import csc_to_csr_view
+
+        data = self.data if self._shared() else self.data.reshape(-1)
+        idx, indptr = self._stored_structure()
+        if as_stored:
+            return data, idx, indptr
+        rows, cols = self._stored_shape()
+        indptr, idx, perm = csc_to_csr_view(idx, indptr, shape=(cols, rows))
+        return (data if self._shared() else data[perm]), idx, indptr
+
+    def tocsr(self):
+        """The same matrix (same ``shape``) in compressed rows; a CSR returns itself.
+
+        Example::
+
+            np.testing.assert_allclose(W.tocsr().todense(), W.todense())
+        """
+        if type(self) is CSR:
+            return self
+        return CSR(self._compressed(as_stored=not self._flipped), shape=self.shape, backend=self.backend)
+
+    def tocsc(self):
+        """The same matrix (same ``shape``) in compressed columns (unlike ``.T``, which is the
+        transpose); a CSC returns itself.
+
+        Example::
+
+            np.testing.assert_allclose(W.tocsc().todense(), W.todense())
+        """
+        if type(self) is CSC:
+            return self
+        return CSC(self._compressed(as_stored=self._flipped), shape=self.shape, backend=self.backend)
+
+    def tocoo(self):
+        """The same matrix as a ``brainunit.sparse.COO`` (one entry per stored synapse, a shared
+        weight broadcast); needs brainunit.
+
+        Example::
+
+            coo = W.tocoo()
+            np.testing.assert_allclose(coo.todense(), W.todense())
+        """
+        try:
+            import brainunit
+        except ImportError:
+            raise EventDependencyError(f"{type(self).__name__}.tocoo returns a brainunit.sparse.COO and needs "
+                                       f"brainunit (pip install brainunit); tocsr() and todense() do not") from None
+        rows, cols, _ = self._entries()
+        return brainunit.sparse.COO((self._flat_data(), rows, cols), shape=self.shape,
+                                    rows_sorted=type(self) is CSR, cols_sorted=type(self) is CSC)
+
+    # -------------------------------------------------------------- plasticity
+    def _plastic_data(self, name):
+        if self._shared():
+            raise EventShapeError(f"{name}: data holds one shared weight; plasticity needs one weight per synapse "
+                                  f"(W.with_data(jnp.broadcast_to(W.data, W.indices.shape)) first)")
+        return self.data.reshape(-1)
+
+    def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None):
+        """STDP on presynaptic spikes: each synapse ``(i, j)`` of a spiking ``i`` becomes
+        ``clip(w + post_trace[j], w_min, w_max)``; returns a new layout (same structure).
+
+        Example::
+
+            W = W.update_on_pre(pre_spikes, post_trace, w_min=0.0, w_max=1.0)
+        """
+        from . import _plasticity as P
+
+        flat = self._plastic_data(f"{type(self).__name__}.update_on_pre")
+        kw = dict(shape=self.shape, backend=self.backend)
+        pre_spike = _raw(pre_spike)
+        if self._flipped:  # stored by postsynaptic neuron: the CSC update regroups by presynaptic one
+            idx, indptr = self._stored_structure()
+            new = P.update_csc_on_binary_pre(flat, idx, indptr, pre_spike, post_trace, w_min, w_max, **kw)
+        elif self._fixed:
+            new = P.update_fixed_post_conn_on_binary_pre(self.data, self.indices, pre_spike, post_trace, w_min,
+                                                         w_max, **kw)
+        else:
+            new = P.update_csr_on_binary_pre(flat, self.indices, self.indptr, pre_spike, post_trace, w_min, w_max,
+                                             **kw)
+        return self._replace_data(new.reshape(self.data.shape))
+
+    def update_on_post(self, pre_trace, post_spike, w_min=None, w_max=None):
+        """STDP on postsynaptic spikes: each synapse ``(i, j)`` of a spiking ``j`` becomes
+        ``clip(w + pre_trace[i], w_min, w_max)``; returns a new layout (same structure).
+
+        Example::
+
+            W = W.update_on_post(pre_trace, post_spikes, w_min=0.0, w_max=1.0)
+        """
+        from . import _plasticity as P
+
+        flat = self._plastic_data(f"{type(self).__name__}.update_on_post")
+        kw = dict(shape=self.shape, backend=self.backend)
+        post_spike = _raw(post_spike)
+        if not self._flipped:  # stored by presynaptic neuron: walk a view grouped by postsynaptic one
+            idx, indptr = self._stored_structure()
+            view_indptr, view_indices, perm = P.csc_to_csr_view(idx, indptr, shape=self.shape[::-1])
+            new = P.update_csr_on_binary_post(flat, view_indices, view_indptr, perm, pre_trace, post_spike, w_min,
+                                              w_max, **kw)
+        elif self._fixed:
+            new = P.update_fixed_pre_conn_on_binary_post(self.data, self.indices, pre_trace, post_spike, w_min,
+                                                         w_max, **kw)
+        else:
+            new = P.update_csc_on_binary_post(flat, self.indices, self.indptr, pre_trace, post_spike, w_min, w_max,
+                                              **kw)
+        return self._replace_data(new.reshape(self.data.shape))
 
 
 def _validate_csr(cls_name, data, indices, indptr, stored):
@@ -205,6 +524,34 @@ def _validate_csr(cls_name, data, indices, indptr, stored):
     if np.size(m) != 1 and np.shape(m) != (nse,):
         raise EventShapeError(f"{cls_name}: data has shape {np.shape(m)}; expected (1,) or () for one shared "
                               f"weight, or ({nse},), one per index")
+
+
+def _diagonal_plan(name, indices, indptr, n_diag):
+    """The structure of ``S + diag`` for a compressed structure: (indices, indptr, where each old
+    synapse moves, where each diagonal value adds). A row's first stored diagonal entry takes the
+    value; a row without one gets a new entry at its end."""
+    n_rows, nse = indptr.shape[0] - 1, indices.shape[0]
+    counts = np.diff(indptr)
+    if indptr[0] != 0 or indptr[-1] != nse or (counts < 0).any():
+        raise EventShapeError(f"{name}: indptr must rise from 0 to nse ({nse}); got {indptr[0]} .. {indptr[-1]}")
+    rows = np.repeat(np.arange(n_rows), counts)
+    pos = np.arange(nse)
+    first = np.full(n_rows, nse)
+    hit = indices == rows
+    np.minimum.at(first, rows[hit], pos[hit])
+    missing = np.zeros(n_rows, bool)
+    missing[:n_diag] = first[:n_diag] == nse
+    new_indptr = np.zeros(n_rows + 1, indptr.dtype)
+    np.cumsum(counts + missing, out=new_indptr[1:])
+    moved = new_indptr[rows] + (pos - indptr[rows])
+    inserted = new_indptr[:n_diag] + counts[:n_diag]
+    new_indices = np.empty(new_indptr[-1], indices.dtype)
+    new_indices[moved] = indices
+    diag_rows = np.arange(n_diag)
+    new_indices[inserted[missing[:n_diag]]] = diag_rows[missing[:n_diag]]
+    found = moved[np.minimum(first[:n_diag], nse - 1)] if nse else inserted
+    diag = np.where(missing[:n_diag], inserted, found)
+    return new_indices, new_indptr, moved, diag
 
 
 def _as_array(x):
@@ -244,17 +591,48 @@ class CSR(DataRepresentation):
     __module__ = "xlakern"
 
     def __init__(self, *args, shape, backend=None, buffers=None):
-        # buffers: BrainEvent's cache of derived index arrays; nothing here needs one (accepted, unused)
         data, indices, indptr = _unpack(args, 3)
         shape = _shape_arg(type(self).__name__, shape)
         arrays = (_as_array(data), jnp.asarray(indices), jnp.asarray(indptr))
         self._set(arrays, shape, backend)
+        self._init_buffers(buffers)
         _validate_csr(type(self).__name__, *arrays, self._stored_shape())
 
     @property
     def T(self):
         """The transpose: a CSC view of the same arrays."""
         return CSC(self._arrays(), shape=self.shape[::-1], backend=self.backend)
+
+    def diag_add(self, other):
+        """``W + diag(other)`` (``other``: one value per diagonal entry, ``min(shape)`` of them, in
+        the weights' unit). Diagonal entries missing from the structure are inserted (at the end of
+        their row / column), so the result may store more synapses; the structure is planned from
+        concrete ``indices``/``indptr`` (not under ``jit``), ``data`` and ``other`` may be traced.
+
+        Example::
+
+            A = W.diag_add(jnp.ones(min(W.shape)))
+        """
+        name = f"{type(self).__name__}.diag_add"
+        n_diag = min(self.shape)
+        value, unit_o = _units.split(other)
+        value = jnp.asarray(value)
+        if value.shape != (n_diag,):
+            raise EventShapeError(f"{name}: other has shape {tuple(value.shape)}; expected ({n_diag},), one value "
+                                  f"per diagonal entry")
+        data, unit = _units.split(self._flat_data())
+        if unit != unit_o:
+            raise EventUnitError(f"{name}: other's unit ({unit_o or 'none'}) differs from the weights' "
+                                 f"({unit or 'none'}); convert it first")
+        if isinstance(self.indices, jax.core.Tracer) or isinstance(self.indptr, jax.core.Tracer):
+            raise EventShapeError(f"{name}: indices and indptr must be concrete (the result's structure depends "
+                                  f"on them); call diag_add outside jit")
+        indices, indptr = np.asarray(self.indices), np.asarray(self.indptr)
+        new_indices, new_indptr, moved, diag = _diagonal_plan(name, indices, indptr, n_diag)
+        new_data = (jnp.zeros((new_indices.size,), data.dtype).at[moved].set(data)
+                    .at[diag].add(value.astype(data.dtype)))
+        return type(self)((_units.attach(new_data, unit), jnp.asarray(new_indices), jnp.asarray(new_indptr)),
+                          shape=self.shape, backend=self.backend)
 
     @classmethod
     def fromdense(cls, mat, *, index_dtype=jnp.int32):
@@ -302,12 +680,13 @@ class FixedNumConn(DataRepresentation):
     _fixed = True
 
     def __init__(self, *args, shape, backend=None, buffers=None, precompute_weight_indices=False):
-        # buffers / precompute_weight_indices: BrainEvent's lazily built CSC view; the kernels here
-        # need none (accepted, unused)
+        # precompute_weight_indices: BrainEvent's eagerly built CSC view; the kernels here need none
+        # (accepted, unused)
         data, indices = _unpack(args, 2)
         shape = _shape_arg(type(self).__name__, shape)
         arrays = (_as_array(data), jnp.asarray(indices))
         self._set(arrays, shape, backend)
+        self._init_buffers(buffers)
         rows = self._stored_shape()[0]
         name = type(self).__name__
         if np.ndim(arrays[1]) != 2 or np.shape(arrays[1])[0] != rows:
@@ -321,6 +700,26 @@ class FixedNumConn(DataRepresentation):
     @property
     def num_conn(self) -> int:
         return int(self.indices.shape[1])
+
+    @property
+    def num_pre(self) -> int:
+        """Presynaptic neurons (rows of ``W``).
+
+        Example::
+
+            assert W.num_pre == W.shape[0]
+        """
+        return self.shape[0]
+
+    @property
+    def num_post(self) -> int:
+        """Postsynaptic neurons (columns of ``W``).
+
+        Example::
+
+            assert W.num_post == W.shape[1]
+        """
+        return self.shape[1]
 
     @classmethod
     def fromdense(cls, mat, *, num_conn=None, index_dtype=jnp.int32):

@@ -1,0 +1,435 @@
+"""BrainEvent 0.3's layout-class API on xlakern's layouts: metadata, reductions, maps, format
+conversions, plasticity methods, buffers, the Dense layout and the JITC base classes, each checked
+against an independent float64 NumPy computation on fresh random matrices."""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import xlakern
+from conftest import x64
+from xlakern.event._dense_layout import Dense
+from xlakern.event._errors import EventBufferError, EventDependencyError, UnsupportedOperationError
+from xlakern.event._jitc import JITCMatrix, JITCNormalMatrix, JITCScalarMatrix, JITCUniformMatrix
+
+KINDS = ["CSR", "CSC", "FixedNumPerPre", "FixedNumPerPost"]
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- random layouts
+
+class Case:
+    """A random layout and its float64 description: every stored synapse's (row, col) in ``W``'s
+    orientation, in storage order, and its weight."""
+
+    def __init__(self, layout, rows, cols, weights):
+        self.W, self.rows, self.cols, self.weights = layout, rows, cols, weights
+
+    @property
+    def dense(self):
+        d = np.zeros(self.W.shape)
+        np.add.at(d, (self.rows, self.cols), self.weights)
+        return d
+
+    @property
+    def mask(self):
+        m = np.zeros(self.W.shape, bool)
+        m[self.rows, self.cols] = True
+        return m
+
+
+def make_case(rng, kind, shape, density, index_dtype=np.int32, shared=False):
+    m, n = shape
+    flipped = kind in ("CSC", "FixedNumPerPost")
+    srows, scols = (n, m) if flipped else (m, n)
+    if kind in ("CSR", "CSC"):
+        mask = rng.random((srows, scols)) < density
+        if srows > 2:
+            mask[rng.integers(0, srows, size=max(1, srows // 4))] = False  # empty rows
+        r, c = np.nonzero(mask)
+        indptr = np.zeros(srows + 1, np.int64)
+        np.cumsum(np.bincount(r, minlength=srows), out=indptr[1:])
+        nse = r.size
+    else:
+        k = max(1, min(scols, int(round(density * scols))))
+        idx = np.stack([rng.choice(scols, size=k, replace=False) for _ in range(srows)])
+        r, c = np.repeat(np.arange(srows), k), idx.reshape(-1)
+        nse = r.size
+    w = np.float32(rng.standard_normal()) if shared else rng.standard_normal(nse).astype(np.float32)
+    weights = np.broadcast_to(np.asarray(w, np.float64).reshape(-1), (nse,)).copy()
+    cls = getattr(xlakern, kind)
+    if kind in ("CSR", "CSC"):
+        data = jnp.asarray(np.reshape(w, (1,)) if shared else w)
+        W = cls((data, jnp.asarray(c, index_dtype), jnp.asarray(indptr, index_dtype)), shape=shape)
+    else:
+        data = jnp.asarray(np.reshape(w, (1,)) if shared else w.reshape(idx.shape))
+        W = cls((data, jnp.asarray(idx, index_dtype)), shape=shape)
+    rows, cols = (c, r) if flipped else (r, c)
+    return Case(W, rows, cols, weights)
+
+
+def index_context(index_dtype):
+    return x64() if index_dtype == np.int64 else contextlib.nullcontext()
+
+
+SHAPES = [(9, 13), (13, 9), (1, 7), (6, 6)]
+
+
+# ----------------------------------------------------------------------------- stored layouts
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("shared", [False, True])
+def test_metadata_sum_and_transpose(kind, index_dtype, shared, rng):
+    with index_context(index_dtype):
+        for shape in SHAPES:
+            for density in (0.05, 0.3, 0.9):
+                case = make_case(rng, kind, shape, density, index_dtype, shared)
+                W, dense = case.W, case.dense
+                assert W.ndim == 2 and W.size == shape[0] * shape[1]
+                np.testing.assert_allclose(W.sum(), dense.sum(), **TOL)
+                np.testing.assert_allclose(W.sum(axis=0), dense.sum(axis=0), **TOL)
+                np.testing.assert_allclose(W.sum(axis=1), dense.sum(axis=1), **TOL)
+                np.testing.assert_allclose(W.sum(axis=-1), dense.sum(axis=1), **TOL)
+                Wt = W.transpose()
+                assert Wt.shape == shape[::-1] and type(Wt) is type(W.T)
+                np.testing.assert_allclose(Wt.todense(), dense.T, **TOL)
+                assert W.block_until_ready() is W
+                if kind.startswith("Fixed"):
+                    assert (W.num_pre, W.num_post) == shape
+    with pytest.raises(xlakern.XlakernError, match="axis"):
+        W.sum(axis=2)
+    with pytest.raises(xlakern.XlakernError, match="axes"):
+        W.transpose(axes=(0, 1))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_tocsr_tocsc_are_the_same_matrix(kind, index_dtype, rng):
+    with index_context(index_dtype):
+        for shape in SHAPES:
+            for shared in (False, True):
+                case = make_case(rng, kind, shape, rng.uniform(0.05, 0.8), index_dtype, shared)
+                W, dense = case.W, case.dense
+                csr, csc = W.tocsr(), W.tocsc()
+                assert type(csr) is xlakern.CSR and type(csc) is xlakern.CSC
+                assert csr.shape == csc.shape == shape and csr.nse == csc.nse == W.nse
+                assert csr.indices.dtype == csc.indices.dtype == W.indices.dtype
+                np.testing.assert_allclose(csr.todense(), dense, **TOL)
+                np.testing.assert_allclose(csc.todense(), dense, **TOL)
+                # compressed rows really are rows: row i's columns are csr.indices[indptr[i]:indptr[i+1]]
+                ptr, idx = np.asarray(csr.indptr), np.asarray(csr.indices)
+                for i in range(shape[0]):
+                    assert sorted(idx[ptr[i]:ptr[i + 1]]) == sorted(case.cols[case.rows == i])
+                ptr, idx = np.asarray(csc.indptr), np.asarray(csc.indices)
+                for j in range(shape[1]):
+                    assert sorted(idx[ptr[j]:ptr[j + 1]]) == sorted(case.rows[case.cols == j])
+                # round trips
+                np.testing.assert_allclose(csr.tocsc().tocsr().todense(), dense, **TOL)
+                np.testing.assert_allclose(csc.tocsr().tocsc().todense(), dense, **TOL)
+                # and the products agree with the original layout's
+                s = rng.random(shape[0]) < 0.4
+                np.testing.assert_allclose(xlakern.BinaryArray(s) @ csc, s @ dense, **TOL)
+    assert csr.tocsr() is csr and csc.tocsc() is csc
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tocoo(kind, rng, monkeypatch):
+    import brainunit
+
+    for shared in (False, True):
+        case = make_case(rng, kind, (7, 11), 0.3, shared=shared)
+        coo = case.W.tocoo()
+        assert isinstance(coo, brainunit.sparse.COO) and coo.shape == (7, 11)
+        np.testing.assert_allclose(coo.todense(), case.dense, **TOL)
+    monkeypatch.setitem(sys.modules, "brainunit", None)  # import brainunit now fails
+    with pytest.raises(EventDependencyError, match="brainunit"):
+        case.W.tocoo()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_apply_and_apply2(kind, rng):
+    for shape in SHAPES:
+        for shared in (False, True):
+            case = make_case(rng, kind, shape, rng.uniform(0.1, 0.7), shared=shared)
+            W, dense, mask = case.W, case.dense, case.mask
+            other = rng.standard_normal(shape)
+            scalar = float(rng.uniform(0.5, 2.0))
+            np.testing.assert_allclose(W.apply(jnp.exp).todense(), np.where(mask, np.exp(dense), 0), **TOL)
+            np.testing.assert_allclose(W.apply2(scalar, operator.mul).todense(), scalar * dense, **TOL)
+            np.testing.assert_allclose(W.apply2(scalar, operator.truediv, reverse=True).todense(),
+                                       np.where(mask, scalar / np.where(mask, dense, 1), 0), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(W.apply2(other, operator.mul).todense(), np.where(mask, dense * other, 0),
+                                       **TOL)
+            np.testing.assert_allclose(W.apply2(W.apply(jnp.abs), operator.mul).todense(), dense * np.abs(dense),
+                                       **TOL)
+            added = W.apply2(other, operator.add)
+            if kind in ("CSR", "CSC"):  # a sum changes the zeros: the dense result (BrainEvent's)
+                np.testing.assert_allclose(added, dense + other, **TOL)
+                np.testing.assert_allclose(W.apply2(other, operator.sub, reverse=True), other - dense, **TOL)
+            else:  # the fixed-count layouts add at the stored entries (BrainEvent's)
+                np.testing.assert_allclose(added.todense(), np.where(mask, dense + other, 0), **TOL)
+    with pytest.raises(xlakern.XlakernError, match="fn"):
+        W.apply(lambda d: jnp.zeros(np.shape(d) + (2,)))
+    with pytest.raises(xlakern.XlakernError, match="other"):
+        W.apply2(np.ones((2, 3)), operator.mul)
+    unrelated = make_case(rng, kind, shape, 0.5).W
+    with pytest.raises(xlakern.XlakernError, match="other"):
+        W.apply2(unrelated, operator.mul)
+
+
+def stdp_reference(case, spikes, trace, w_min, w_max, on_pre):
+    """float64 pair-based STDP over the synapse list: a touched synapse gains its partner's trace
+    and is clipped."""
+    w = case.weights.copy()
+    driver, partner = (case.rows, case.cols) if on_pre else (case.cols, case.rows)
+    touched = spikes[driver] != 0
+    w[touched] = np.clip(w[touched] + trace[partner[touched]], -np.inf if w_min is None else w_min,
+                         np.inf if w_max is None else w_max)
+    return w
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_update_on_pre_and_post_match_numpy_stdp(kind, index_dtype, rng):
+    with index_context(index_dtype):
+        for shape in SHAPES:
+            for bounds in ((None, None), (-0.5, 0.5), (0.0, None)):
+                case = make_case(rng, kind, shape, rng.uniform(0.05, 0.8), index_dtype)
+                W = case.W
+                pre = rng.random(shape[0]) < 0.5
+                post = rng.random(shape[1]) < 0.5
+                pre_trace = rng.standard_normal(shape[0]).astype(np.float32)
+                post_trace = rng.standard_normal(shape[1]).astype(np.float32)
+                for on_pre, new in ((True, W.update_on_pre(pre, post_trace, *bounds)),
+                                    (False, W.update_on_post(pre_trace, post, *bounds))):
+                    ref = stdp_reference(case, pre if on_pre else post, post_trace if on_pre else pre_trace,
+                                         *bounds, on_pre)
+                    assert type(new) is type(W) and new.shape == W.shape and new.indices is W.indices
+                    np.testing.assert_allclose(np.asarray(new.data).reshape(-1), ref, **TOL)
+                # under jit, the layout a pytree argument
+                jitted = jax.jit(lambda W, s, t: W.update_on_pre(xlakern.BinaryArray(s), t, *bounds))(W, pre,
+                                                                                                       post_trace)
+                ref = stdp_reference(case, pre, post_trace, *bounds, True)
+                np.testing.assert_allclose(np.asarray(jitted.data).reshape(-1), ref, **TOL)
+        shared = make_case(rng, kind, (5, 6), 0.5, index_dtype, shared=True).W
+        with pytest.raises(xlakern.XlakernError, match="data"):
+            shared.update_on_pre(np.ones(5, bool), np.ones(6, np.float32))
+        with pytest.raises(xlakern.XlakernError, match="trace"):
+            W.update_on_post(np.ones(shape[0] + 1, np.float32), post)
+
+
+@pytest.mark.parametrize("kind", ["CSR", "CSC"])
+def test_diag_add(kind, rng):
+    for shape in SHAPES + [(0, 4)]:
+        for density in (0.0, 0.2, 0.8):
+            for shared in (False, True):
+                case = make_case(rng, kind, shape, density, shared=shared)
+                W, dense = case.W, case.dense
+                n = min(shape)
+                v = rng.standard_normal(n).astype(np.float32)
+                out = W.diag_add(v)
+                expected = dense.copy()
+                expected[np.arange(n), np.arange(n)] += v
+                assert type(out) is type(W) and out.shape == shape
+                np.testing.assert_allclose(out.todense(), expected, **TOL)
+                present = case.mask[np.arange(n), np.arange(n)]
+                assert out.nse == W.nse + int((~present).sum())
+                np.testing.assert_allclose(out.diag_add(-v).todense(), dense, **TOL)  # the diagonal now stored
+    with pytest.raises(xlakern.XlakernError, match="other"):
+        W.diag_add(np.ones(n + 1, np.float32))
+    with pytest.raises(xlakern.XlakernError, match="concrete"):
+        jax.jit(lambda W, v: W.diag_add(v).data)(W, v)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_buffers(kind, rng):
+    case = make_case(rng, kind, (6, 8), 0.4)
+    extra = rng.standard_normal(case.W.nse).astype(np.float32)
+    W = type(case.W)(case.W._arrays(), shape=case.W.shape, buffers={"extra": jnp.asarray(extra)})
+    np.testing.assert_array_equal(W.extra, extra)
+    assert set(W.buffers) == {"extra"}
+    W.register_buffer("delays", jnp.arange(3))
+    W.set_buffer("delays", W.delays + 1)
+    np.testing.assert_array_equal(W.buffers["delays"], np.arange(3) + 1)
+    # the buffers are pytree leaves: they go through jit and survive structure-keeping maps
+    doubled = jax.jit(lambda W: W.extra * 2 + W.delays.sum())(W)
+    np.testing.assert_allclose(doubled, extra * 2 + (np.arange(3) + 1).sum(), **TOL)
+    np.testing.assert_array_equal(W.apply(jnp.abs).extra, extra)
+    assert set(jax.jit(lambda W: W.with_data(W.data * 2))(W).buffers) == {"extra", "delays"}
+    with pytest.raises(EventBufferError, match="missing"):
+        W.set_buffer("missing", 1)
+    with pytest.raises(EventBufferError, match="data"):
+        W.register_buffer("data", 1)
+    assert isinstance(EventBufferError("x"), xlakern.XlakernError)
+
+
+# ----------------------------------------------------------------------------- Dense
+
+def test_dense_products_under_jit(rng):
+    for shape in [(9, 13), (13, 9), (1, 5)]:
+        d = rng.standard_normal(shape).astype(np.float32)
+        W = Dense(d)
+        m, n = shape
+        s_pre, s_post = rng.random(m) < 0.4, rng.random(n) < 0.4
+        B_pre, B_post = rng.random((3, m)) < 0.4, rng.random((n, 4)) < 0.4
+        x_pre = np.where(rng.random(m) < 0.5, rng.standard_normal(m), 0).astype(np.float32)
+        d64 = d.astype(np.float64)
+        left = jax.jit(lambda W, s: xlakern.BinaryArray(s) @ W)
+        right = jax.jit(lambda W, s: W @ xlakern.BinaryArray(s))
+        np.testing.assert_allclose(left(W, s_pre), s_pre @ d64, **TOL)
+        np.testing.assert_allclose(right(W, s_post), d64 @ s_post, **TOL)
+        np.testing.assert_allclose(left(W, B_pre), B_pre @ d64, **TOL)
+        np.testing.assert_allclose(right(W, B_post), d64 @ B_post, **TOL)
+        np.testing.assert_allclose(jax.jit(lambda W, x: xlakern.WeightedArray(x) @ W)(W, x_pre), x_pre @ d64, **TOL)
+        np.testing.assert_allclose(jax.jit(lambda W, x: x @ W)(W, x_pre), x_pre @ d64, **TOL)
+        np.testing.assert_allclose(W @ s_post.astype(np.float32), d64 @ s_post, **TOL)
+        np.testing.assert_allclose(B_pre.astype(np.float32) @ W, B_pre @ d64, **TOL)
+    with pytest.raises(xlakern.XlakernError, match="expected"):
+        W @ np.ones(n + 1, np.float32)
+    with pytest.raises(xlakern.XlakernError):
+        xlakern.BinaryArray(np.ones(m + 1, bool)) @ W
+
+
+def test_dense_methods(rng):
+    d = rng.standard_normal((7, 5)).astype(np.float32)
+    d[rng.random(d.shape) < 0.4] = 0
+    W = Dense(d)
+    d64 = d.astype(np.float64)
+    assert W.shape == (7, 5) and W.ndim == 2 and W.size == W.nse == 35
+    assert Dense.fromdense(d).shape == (7, 5)
+    np.testing.assert_array_equal(W.todense(), d)
+    assert type(W.T) is Dense and W.transpose().shape == (5, 7)
+    np.testing.assert_array_equal(W.T.todense(), d.T)
+    for conv, cls in ((W.tocsr, xlakern.CSR), (W.tocsc, xlakern.CSC)):
+        out = conv()
+        assert type(out) is cls and out.nse == np.count_nonzero(d)
+        np.testing.assert_allclose(out.todense(), d64, **TOL)
+    np.testing.assert_allclose(W.tocoo().todense(), d64, **TOL)
+    s = float(rng.uniform(0.5, 2))
+    np.testing.assert_allclose((W * s).todense(), d64 * s, **TOL)
+    np.testing.assert_allclose((s * W).todense(), d64 * s, **TOL)
+    np.testing.assert_allclose((W / s).todense(), d64 / s, **TOL)
+    np.testing.assert_allclose((W + s).todense(), d64 + s, **TOL)
+    np.testing.assert_allclose((s - W).todense(), s - d64, **TOL)
+    np.testing.assert_allclose((-W).todense(), -d64, **TOL)
+    np.testing.assert_allclose(abs(W).todense(), np.abs(d64), **TOL)
+    row = rng.standard_normal(5).astype(np.float32)
+    np.testing.assert_allclose((W * row).todense(), d64 * row, **TOL)
+    np.testing.assert_allclose(W.apply2(W, operator.mul).todense(), d64 * d64, **TOL)
+    np.testing.assert_allclose(W.sum(), d64.sum(), **TOL)
+    np.testing.assert_allclose(W.sum(axis=0), d64.sum(axis=0), **TOL)
+    v = rng.standard_normal(5).astype(np.float32)
+    expected = d64.copy()
+    expected[np.arange(5), np.arange(5)] += v
+    np.testing.assert_allclose(W.diag_add(v).todense(), expected, **TOL)
+    np.testing.assert_allclose(W.with_data(W.data * 2).todense(), 2 * d64, **TOL)
+    np.testing.assert_allclose(W.apply(jnp.exp).todense(), np.exp(d64), **TOL)
+    # plasticity: whole rows / columns of the spiking neurons
+    pre, post = rng.random(7) < 0.5, rng.random(5) < 0.5
+    pre_trace, post_trace = rng.standard_normal(7).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    ref = d64.copy()
+    ref[pre] = np.clip(ref[pre] + post_trace, -0.3, 0.6)
+    got = jax.jit(lambda W, s, t: W.update_on_pre(s, t, -0.3, 0.6))(W, pre, post_trace)
+    assert type(got) is Dense
+    np.testing.assert_allclose(got.todense(), ref, **TOL)
+    ref = d64.copy()
+    ref[:, post] = ref[:, post] + pre_trace[:, None]
+    np.testing.assert_allclose(W.update_on_post(pre_trace, xlakern.BinaryArray(post)).todense(), ref, **TOL)
+    # bad inputs name the argument
+    with pytest.raises(xlakern.XlakernError, match="data"):
+        Dense(np.ones(3))
+    with pytest.raises(xlakern.XlakernError, match="shape"):
+        Dense(d, shape=(5, 7))
+    with pytest.raises(xlakern.XlakernError, match="other"):
+        W.diag_add(np.ones(4, np.float32))
+    with pytest.raises(xlakern.XlakernError, match="other"):
+        W + np.ones((3, 5))
+    with pytest.raises(xlakern.XlakernError, match="nse"):
+        W.tocsr(nse=1)
+    with pytest.raises(xlakern.XlakernError, match="data"):
+        W.with_data(np.ones((5, 7), np.float32))
+
+
+# ----------------------------------------------------------------------------- JITC
+
+JITC = [("JITCScalar", (0.7,)), ("JITCUniform", (-0.2, 0.5)), ("JITCNormal", (0.1, 0.3))]
+BASES = {"JITCScalar": JITCScalarMatrix, "JITCUniform": JITCUniformMatrix, "JITCNormal": JITCNormalMatrix}
+
+
+@pytest.mark.parametrize("family,params", JITC)
+@pytest.mark.parametrize("side", ["R", "C"])
+def test_jitc_classes(family, params, side, rng):
+    cls = getattr(xlakern, family + side)
+    other = getattr(xlakern, family + ("C" if side == "R" else "R"))
+    seed = int(rng.integers(0, 2 ** 31))
+    W = cls(params + (0.2, seed), shape=(23, 17))
+    assert isinstance(W, JITCMatrix) and isinstance(W, BASES[family]) and not isinstance(W, other)
+    assert W.ndim == 2 and W.size == 23 * 17 and W.block_until_ready() is W
+    dense = np.asarray(W.todense(), np.float64)
+    for conv, out_cls in ((W.tocsr, xlakern.CSR), (W.tocsc, xlakern.CSC)):
+        out = conv()
+        assert type(out) is out_cls and out.shape == W.shape and out.nse == np.count_nonzero(dense)
+        np.testing.assert_array_equal(np.asarray(out.todense(), np.float64), dense)
+    np.testing.assert_array_equal(np.asarray(W.tocoo().todense(), np.float64), dense)
+    np.testing.assert_allclose(W.sum(), dense.sum(), **TOL)
+    np.testing.assert_allclose(W.sum(axis=0), dense.sum(axis=0), **TOL)
+    assert type(W.transpose()) is other
+    W.register_buffer("tag", jnp.arange(2))
+    np.testing.assert_array_equal(W.T.tag, np.arange(2))
+    np.testing.assert_array_equal(jax.jit(lambda W: W.tag + 1)(W), np.arange(2) + 1)
+    for call in (lambda: W.update_on_pre(np.ones(23, bool), np.ones(17)),
+                 lambda: W.update_on_post(np.ones(23), np.ones(17, bool)),
+                 lambda: W.apply(jnp.abs), lambda: cls.fromdense(dense)):
+        with pytest.raises(UnsupportedOperationError):
+            call()
+    with pytest.raises(xlakern.XlakernError, match="concrete"):
+        jax.jit(lambda W: W.tocsr().data)(W)
+
+
+# ----------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_gpu_dense_products_and_updates(rng):
+    gpu = jax.devices("gpu")[0]
+    d = rng.standard_normal((33, 21)).astype(np.float32)
+    s_pre, s_post = rng.random(33) < 0.3, rng.random(21) < 0.3
+    trace = rng.standard_normal(21).astype(np.float32)
+    with jax.default_device(gpu):
+        W = Dense(jnp.asarray(d))
+        left = jax.jit(lambda W, s: xlakern.BinaryArray(s) @ W)(W, jnp.asarray(s_pre))
+        right = jax.jit(lambda W, s: W @ xlakern.BinaryArray(s))(W, jnp.asarray(s_post))
+        new = jax.jit(lambda W, s, t: W.update_on_pre(s, t, -1.0, 1.0))(W, jnp.asarray(s_pre), jnp.asarray(trace))
+        assert left.devices() == {gpu}
+    d64 = d.astype(np.float64)
+    np.testing.assert_allclose(left, s_pre @ d64, **TOL)
+    np.testing.assert_allclose(right, d64 @ s_post, **TOL)
+    ref = d64.copy()
+    ref[s_pre] = np.clip(ref[s_pre] + trace, -1.0, 1.0)
+    np.testing.assert_allclose(new.todense(), ref, **TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_layout_conversions_and_updates(kind, rng):
+    gpu = jax.devices("gpu")[0]
+    with jax.default_device(gpu):
+        case = make_case(rng, kind, (40, 27), 0.2)
+        W = jax.device_put(case.W, gpu)
+        post = rng.random(27) < 0.4
+        pre_trace = rng.standard_normal(40).astype(np.float32)
+        new = jax.jit(lambda W, t, s: W.update_on_post(t, s, -0.5, 0.5))(W, jnp.asarray(pre_trace), jnp.asarray(post))
+        csc, csr = W.tocsc(), W.tocsr()
+        assert new.data.devices() == {gpu}
+    np.testing.assert_allclose(np.asarray(new.data).reshape(-1),
+                               stdp_reference(case, post, pre_trace, -0.5, 0.5, on_pre=False), **TOL)
+    np.testing.assert_allclose(csc.todense(), case.dense, **TOL)
+    np.testing.assert_allclose(csr.todense(), case.dense, **TOL)
+    np.testing.assert_allclose(W.sum(axis=1), case.dense.sum(axis=1), **TOL)
