@@ -178,6 +178,9 @@ _EVENT_NAMES += (
     "binary_csrmv_indexed", "binary_csrmm_indexed", "binary_csrmv_indexed_p", "binary_csrmm_indexed_p",
     "csr_slice_rows", "csr_slice_rows_p", "csr_to_coo_index", "coo_to_csc_index", "csr_to_csc_index",
     "csc_to_csr_index", "coo2csr", "IndexConversionError",
+    # BrainEvent 0.3's dense layout and JITC base classes; the layouts' errors
+    "Dense", "JITCMatrix", "JITCScalarMatrix", "JITCUniformMatrix", "JITCNormalMatrix", "EventDependencyError",
+    "EventBufferError",
 )
 __all__ += ["event", *_EVENT_NAMES]
 

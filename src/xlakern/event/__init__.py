@@ -13,13 +13,17 @@ Example::
     current = brainevent.BinaryArray(spikes) @ W      # spikes: (100,) bool
 """
 
-from ._errors import EventDTypeError, EventShapeError, EventUnitError, IndexConversionError
+from ._errors import (
+    EventBufferError, EventDependencyError, EventDTypeError, EventShapeError, EventUnitError, IndexConversionError,
+    UnsupportedOperationError,
+)
 from ._events import BinaryArray, BitPackedBinary, CompactBinary, EventRepresentation, WeightedArray, bitpack
 from ._kernels import (
     binary_csrmm_p, binary_csrmv_p, binary_densemm_p, binary_densemv_p, binary_fcnmm_p, binary_fcnmv_p, csrmm_p,
     csrmv_p, densemm_p, densemv_p, fcnmm_p, fcnmv_p,
 )
 from ._layouts import CSC, CSR, DataRepresentation, FixedNumConn, FixedNumPerPost, FixedNumPerPre
+from ._dense_layout import Dense
 from ._network import LIFParams, LIFState, lif_network_run_p, run_lif_network
 from ._network_sharded import lif_shard_step_p, run_lif_network_sharded
 from ._ops import (
@@ -52,12 +56,13 @@ def __getattr__(name):
 
 __all__ = [
     "EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary",
-    "DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost",
+    "DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost", "Dense",
     "binary_csrmv", "binary_csrmm", "csrmv", "csrmm", "binary_fcnmv", "binary_fcnmm", "fcnmv", "fcnmm",
     "binary_densemv", "binary_densemm",
     "binary_csrmv_p", "binary_csrmm_p", "csrmv_p", "csrmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcnmv_p",
     "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
-    "EventShapeError", "EventDTypeError", "EventUnitError", "IndexConversionError",
+    "EventShapeError", "EventDTypeError", "EventUnitError", "IndexConversionError", "EventDependencyError",
+    "EventBufferError", "UnsupportedOperationError",
     # xlakern's own (not BrainEvent's): the fused LIF network simulator
     "LIFParams", "LIFState", "run_lif_network", "lif_network_run_p", "run_lif_network_sharded", "lif_shard_step_p",
 ]
@@ -65,7 +70,8 @@ __all__ = [
 # ----------------------------------------------------------------------------- part 2
 # Just-in-time connectivity (matrices regenerated from a seed inside the kernels).
 from ._jitc import (  # noqa: E402
-    JITCNormalC, JITCNormalR, JITCScalarC, JITCScalarR, JITCUniformC, JITCUniformR, binary_jitnmm, binary_jitnmv,
+    JITCMatrix, JITCNormalC, JITCNormalMatrix, JITCNormalR, JITCScalarC, JITCScalarMatrix, JITCScalarR, JITCUniformC,
+    JITCUniformMatrix, JITCUniformR, binary_jitnmm, binary_jitnmv,
     binary_jitsmm, binary_jitsmv, binary_jitumm, binary_jitumv, jitn, jitnmm, jitnmv, jits, jitsmm, jitsmv, jitu,
     jitumm, jitumv,
 )
@@ -76,6 +82,7 @@ from ._jitc_kernels import (  # noqa: E402
 
 DEPRECATED_RENAMES.update({"JITCHomoR": "JITCScalarR", "JITCHomoC": "JITCScalarC"})
 __all__ += [
+    "JITCMatrix", "JITCScalarMatrix", "JITCUniformMatrix", "JITCNormalMatrix",
     "JITCScalarR", "JITCScalarC", "JITCUniformR", "JITCUniformC", "JITCNormalR", "JITCNormalC",
     "jits", "jitsmv", "jitsmm", "binary_jitsmv", "binary_jitsmm", "jitu", "jitumv", "jitumm", "binary_jitumv",
     "binary_jitumm", "jitn", "jitnmv", "jitnmm", "binary_jitnmv", "binary_jitnmm",
