@@ -433,3 +433,55 @@ def test_gpu_layout_conversions_and_updates(kind, rng):
     np.testing.assert_allclose(csc.todense(), case.dense, **TOL)
     np.testing.assert_allclose(csr.todense(), case.dense, **TOL)
     np.testing.assert_allclose(W.sum(axis=1), case.dense.sum(axis=1), **TOL)
+
+
+# ----------------------------------------------------------------------------- per-synapse products, row slices
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dt2t_methods_read_y_at_each_synapses_pre_or_post_neuron(rng, kind):
+    case = make_case(rng, kind, (23, 31), 0.2)
+    W = case.W
+    w = rng.standard_normal(np.shape(W.data)).astype(np.float32)
+    y_pre, y_post = rng.standard_normal(23), rng.standard_normal(31)
+    w_flat = w.reshape(-1).astype(np.float64)
+    got = np.asarray(W.dt2t(y_pre.astype(np.float32), w), np.float64).reshape(-1)
+    np.testing.assert_allclose(got, w_flat * y_pre[case.rows], **TOL)
+    got_t = np.asarray(jax.jit(lambda W, y, w: W.dt2t_transposed(y, w))(W, y_post.astype(np.float32), w))
+    np.testing.assert_allclose(got_t.reshape(-1), w_flat * y_post[case.cols], **TOL)
+    with pytest.warns(DeprecationWarning, match="use .dt2t instead"):
+        np.testing.assert_allclose(np.asarray(W.yw_to_w(y_pre.astype(np.float32), w)).reshape(-1), got, **TOL)
+    with pytest.raises(xlakern.XlakernError, match="y"):
+        W.dt2t(y_post.astype(np.float32), w)  # 31 entries where shape[0] = 23
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shared", [False, True])
+def test_slice_rows_is_the_dense_rows(rng, kind, shared):
+    case = make_case(rng, kind, (19, 27), 0.25, shared=shared)
+    dense = case.dense
+    for index in ([3, 0, 18, 3], -1, slice(2, 11, 3), np.array([], np.int64)):
+        sub = case.W.slice_rows(index)
+        rows = np.arange(19)[index] if isinstance(index, slice) else np.atleast_1d(np.arange(19)[index])
+        assert sub.shape == (len(rows), 27)
+        np.testing.assert_allclose(np.asarray(sub.todense(), np.float64), dense[rows], **TOL)
+    with pytest.raises(xlakern.XlakernError, match="out of range"):
+        case.W.slice_rows([19])
+    with pytest.raises(xlakern.XlakernError, match="concrete"):
+        jax.jit(lambda W: W.slice_rows(jnp.array([1])).todense())(case.W)
+
+
+@pytest.mark.parametrize("cls", ["JITCUniformR", "JITCUniformC", "JITCNormalR", "JITCScalarC"])
+def test_jitc_dt2t_methods_list_the_generated_synapses(rng, cls):
+    shape = (37, 29)
+    params = {"JITCUniformR": (0.1, 0.9), "JITCUniformC": (0.1, 0.9), "JITCNormalR": (0.5, 0.2),
+              "JITCScalarC": (0.7,)}[cls]
+    W = getattr(xlakern, cls)((*params, 0.15, int(rng.integers(1 << 30))), shape=shape)
+    dense = np.asarray(W.todense(), np.float64)
+    stored = dense.T if cls.endswith("C") else dense  # the kernels generate this matrix's rows
+    r, c = np.nonzero(stored)
+    pre, post = (c, r) if cls.endswith("C") else (r, c)
+    y_pre, y_post = rng.standard_normal(shape[0]), rng.standard_normal(shape[1])
+    got = np.asarray(W.dt2t(y_pre.astype(np.float32), None), np.float64)
+    np.testing.assert_allclose(got, dense[pre, post] * y_pre[pre], **TOL)
+    got_t = np.asarray(W.dt2t_transposed(y_post.astype(np.float32), None), np.float64)
+    np.testing.assert_allclose(got_t, dense[pre, post] * y_post[post], **TOL)

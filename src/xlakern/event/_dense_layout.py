@@ -16,6 +16,7 @@ from __future__ import annotations
 import operator
 from typing import Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import register_pytree_node_class
@@ -230,7 +231,10 @@ class Dense(DataRepresentation):
         w, x = jnp.asarray(w), jnp.asarray(x)
         dtype = jnp.promote_types(w.dtype, x.dtype)
         w = w.astype(dtype)
-        return _units.attach((w.T if transpose else w) @ x.astype(dtype), unit_w, unit_x)
+        # HIGHEST: float32 products in float32, as the event kernels compute them (XLA's GPU default would
+        # round the operands to TF32, a relative error near 1e-3)
+        product = jnp.matmul(w.T if transpose else w, x.astype(dtype), precision=jax.lax.Precision.HIGHEST)
+        return _units.attach(product, unit_w, unit_x)
 
     # -------------------------------------------------------------- plasticity
     def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None):

@@ -32,7 +32,7 @@ from . import _units
 from ._errors import EventDTypeError, EventShapeError, EventUnitError, UnsupportedOperationError
 from ._events import EventRepresentation
 from ._kernels import SDS, acc_dtype
-from ._layouts import DataRepresentation
+from ._layouts import DataRepresentation, _warn_renamed
 from ._ops import _check_spikes, _shape2, _spikes, _weights
 
 __all__ = [
@@ -560,6 +560,59 @@ class JITCMatrix(DataRepresentation):
     def __repr__(self):
         return (f"{type(self).__name__}(shape={self.shape}, prob={self.prob}, corder={self.corder}, "
                 f"dtype={self.dtype})")
+
+    def _per_synapse(self, y, at_column: bool):
+        from . import _dt2t
+
+        shape, flipped = self._stored()
+        first, second = self._pair()
+        fn = {"s": _dt2t.jitsmv_dt2t, "u": _dt2t.jitumv_dt2t, "n": _dt2t.jitnmv_dt2t}[self._letter]
+        args = (first,) if self._nparams == 1 else (first, second)
+        return fn(*args, self.prob, y, self.seed, shape=shape, transpose=at_column != flipped, corder=self.corder,
+                  backend=self.backend)
+
+    def dt2t(self, y_dim_arr, w_dim_arr=None):
+        """Per generated synapse, its weight times ``y[i]`` (i its presynaptic neuron; ``y`` has ``shape[0]``
+        entries), in the row-major order of the matrix the kernels generate (an R matrix's own, a C
+        matrix's transpose). A JITC matrix's per-synapse weights are its own, so ``w_dim_arr`` (BrainEvent's
+        second argument) is ignored. Needs a concrete seed: the synapse count depends on it.
+
+        Example::
+
+            per_synapse = W.dt2t(pre_factor)
+        """
+        del w_dim_arr
+        return self._per_synapse(y_dim_arr, at_column=False)
+
+    def dt2t_transposed(self, y_dim_arr, w_dim_arr=None):
+        """As :meth:`dt2t`, with ``y`` read at each synapse's postsynaptic neuron (``shape[1]`` entries).
+
+        Example::
+
+            per_synapse = W.dt2t_transposed(post_factor)
+        """
+        del w_dim_arr
+        return self._per_synapse(y_dim_arr, at_column=True)
+
+    def yw_to_w(self, y_dim_arr, w_dim_arr=None):
+        """BrainEvent's deprecated name of :meth:`dt2t`.
+
+        Example::
+
+            per_synapse = W.yw_to_w(pre_factor)   # DeprecationWarning
+        """
+        _warn_renamed(self, "yw_to_w", "dt2t")
+        return self.dt2t(y_dim_arr, w_dim_arr)
+
+    def yw_to_w_transposed(self, y_dim_arr, w_dim_arr=None):
+        """BrainEvent's deprecated name of :meth:`dt2t_transposed`.
+
+        Example::
+
+            per_synapse = W.yw_to_w_transposed(post_factor)   # DeprecationWarning
+        """
+        _warn_renamed(self, "yw_to_w_transposed", "dt2t_transposed")
+        return self.dt2t_transposed(y_dim_arr, w_dim_arr)
 
     def _mul_vector(self, x, transpose: bool):
         """``R @ x`` (transpose False) or ``R.T @ x`` for the underlying R matrix; x is 1-D or (k, b)."""

@@ -40,6 +40,30 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(m, (int, float, np.number)) or (hasattr(m, "shape") and np.ndim(m) == 0)
 
 
+def _warn_renamed(obj, old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"{type(obj).__name__}.{old} is deprecated; use .{new} instead.", DeprecationWarning, stacklevel=3)
+
+
+def _concrete_rows(who: str, index, nrows: int) -> np.ndarray:
+    """Row numbers from an int, sequence, array or slice (negative ones count from the end)."""
+    if isinstance(index, slice):
+        return np.arange(nrows)[index]
+    try:
+        rows = np.atleast_1d(np.asarray(jax.device_get(index)))
+    except Exception:  # a tracer
+        raise EventShapeError(f"{who}.slice_rows: the row index must be concrete (the result's synapse count "
+                              f"depends on it); call it outside jax.jit") from None
+    if not np.issubdtype(rows.dtype, np.integer) or rows.ndim != 1:
+        raise EventShapeError(f"{who}.slice_rows: rows must be integers (an int, a 1-D sequence or a slice); "
+                              f"got dtype {rows.dtype}, shape {rows.shape}")
+    if rows.size and (rows.min() < -nrows or rows.max() >= nrows):
+        raise EventShapeError(f"{who}.slice_rows: row index out of range for {nrows} rows: "
+                              f"[{rows.min()}, {rows.max()}]")
+    return np.where(rows < 0, rows + nrows, rows).astype(np.int64)
+
+
 class DataRepresentation:
     """Base of the stored-connectivity layouts (BrainEvent's name)."""
 
@@ -299,6 +323,82 @@ class DataRepresentation:
             assert W.size == W.shape[0] * W.shape[1]
         """
         return int(self.shape[0]) * int(self.shape[1])
+
+    def _per_synapse(self, y, w, at_column: bool):
+        """``w[j] * y[row or column of synapse j]`` in the stored order (the dt2t functions)."""
+        from ._dt2t import csrmv_dt2t, fcnmv_dt2t
+
+        transpose = at_column != self._flipped  # the stored structure's rows are W's columns when flipped
+        if self._fixed:
+            return fcnmv_dt2t(w, self.indices, y, shape=self._stored_shape(), transpose=transpose)
+        return csrmv_dt2t(y, w, self.indices, self.indptr, shape=self._stored_shape(), transpose=transpose,
+                          backend=self.backend)
+
+    def dt2t(self, y_dim_arr, w_dim_arr):
+        """Per synapse, ``w[j] * y[i]`` for synapse j from presynaptic neuron i (``y`` has ``shape[0]``
+        entries; ``w`` and the result are per synapse, in the layout's stored order): the
+        ``D^t eps^{t-1}`` term of eligibility traces (:func:`xlakern.csrmv_dt2t` and relatives).
+
+        Example::
+
+            eps = W.dt2t(pre_factor, eps)          # pre_factor: (shape[0],), eps: like W.data
+        """
+        return self._per_synapse(y_dim_arr, w_dim_arr, at_column=False)
+
+    def dt2t_transposed(self, y_dim_arr, w_dim_arr):
+        """Per synapse, ``w[j] * y[k]`` for synapse j onto postsynaptic neuron k (``y`` has ``shape[1]``
+        entries); see :meth:`dt2t`.
+
+        Example::
+
+            eps = W.dt2t_transposed(post_factor, eps)   # post_factor: (shape[1],)
+        """
+        return self._per_synapse(y_dim_arr, w_dim_arr, at_column=True)
+
+    def yw_to_w(self, y_dim_arr, w_dim_arr):
+        """BrainEvent's deprecated name of :meth:`dt2t`.
+
+        Example::
+
+            eps = W.yw_to_w(pre_factor, eps)   # DeprecationWarning; same as W.dt2t
+        """
+        _warn_renamed(self, "yw_to_w", "dt2t")
+        return self.dt2t(y_dim_arr, w_dim_arr)
+
+    def yw_to_w_transposed(self, y_dim_arr, w_dim_arr):
+        """BrainEvent's deprecated name of :meth:`dt2t_transposed`.
+
+        Example::
+
+            eps = W.yw_to_w_transposed(post_factor, eps)   # DeprecationWarning
+        """
+        _warn_renamed(self, "yw_to_w_transposed", "dt2t_transposed")
+        return self.dt2t_transposed(y_dim_arr, w_dim_arr)
+
+    def slice_rows(self, index):
+        """Rows ``index`` of the matrix (an int, a sequence, an array or a slice; concrete, since the
+        result's synapse count depends on them) as a CSR of shape ``(len(rows), shape[1])``, keeping
+        each row's synapses in their order. CSC and FixedNumPerPost regroup by rows first (``tocsr``);
+        FixedNumPerPre keeps its fixed count.
+
+        Example::
+
+            sub = W.slice_rows([0, 5, 7])          # rows 0, 5, 7: a (3, n) CSR
+        """
+        rows = _concrete_rows(type(self).__name__, index, self.shape[0])
+        if self._flipped:
+            return self.tocsr().slice_rows(rows)
+        data = self.data if self._shared() else self.data[rows]
+        if self._fixed:
+            return type(self)((data, self.indices[rows]), shape=(len(rows), self.shape[1]), backend=self.backend)
+        ptr = np.asarray(jax.device_get(_units.split(self.indptr)[0])).astype(np.int64)
+        starts, ends = ptr[rows], ptr[rows + 1]
+        picked = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)] or [np.zeros(0, np.int64)])
+        indptr = np.concatenate([[0], np.cumsum(ends - starts)]).astype(np.asarray(self.indptr).dtype)
+        if not self._shared():
+            data = self.data[picked]
+        return CSR((data, self.indices[picked], jnp.asarray(indptr)), shape=(len(rows), self.shape[1]),
+                   backend=self.backend)
 
     def block_until_ready(self):
         """Wait until every array of the layout is computed; returns the layout.
