@@ -422,3 +422,21 @@ def test_csr_slice_rows_gpu(rng):
     with jax.default_device(jax.devices("gpu")[0]):
         test_csr_slice_rows_matches_numpy(rng, np.int32)
         test_csr_slice_rows_grad_wrt_data(rng)
+
+
+def test_jitc_dt2t_walks_the_generator_without_the_dense_matrix(rng):
+    # 100k x 100k: the dense matrix would be 40 GB; the synapses (about 10 a row) are 1M.
+    shape, prob, seed = (100_000, 100_000), 1e-4, int(rng.integers(1 << 30))
+    y = rng.standard_normal(shape[0]).astype(np.float32)
+    got = np.asarray(D.jitumv_dt2t(0.5, 1.5, prob, y, seed, shape=shape), np.float64)
+    rows, cols, _, _ = D.jitc_synapses(seed, prob, shape, True)
+    n = shape[0] * shape[1] * prob
+    assert abs(got.size - n) < 6 * np.sqrt(n) and got.size == rows.size
+    assert np.all(np.diff(rows) >= 0) and np.all((np.diff(cols) > 0) | (np.diff(rows) > 0))
+    # rows depend only on (seed, row, columns): the first 40 equal those of a 40-row matrix made dense
+    small = np.asarray(xlakern.jitu(0.5, 1.5, prob, seed, shape=(40, shape[1])), np.float64)
+    r, c = np.nonzero(small)
+    head = rows < 40
+    np.testing.assert_array_equal(rows[head], r)
+    np.testing.assert_array_equal(cols[head], c)
+    np.testing.assert_allclose(got[head], small[r, c] * y[r], rtol=1e-6)

@@ -37,6 +37,7 @@ import numpy as np
 
 from .. import XLACustomKernel
 from . import _jitc, _units
+from . import _jitc_kernels as JK
 from ._errors import EventDTypeError, EventShapeError
 from ._kernels import SDS, synapse_rows
 from ._ops import _index, _shape2, _weights
@@ -264,17 +265,20 @@ def _concrete_seed(name: str, seed: Any) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def jitc_synapses(seed: int, prob: float, shape: tuple[int, int], corder: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, cols) of the synapses of the JITC matrix ``M`` of ``shape``, in row-major order.
-
-    Read from xlakern's own materialisation with weight 1 (the structure does not depend on the
-    weight kind: positions and weights come from separate draws), so a synapse of weight 0 is
-    kept. It holds the dense matrix for a moment: O(rows * cols) memory, once per cached key."""
+def jitc_synapses(seed: int, prob: float, shape: tuple[int, int], corder: bool):
+    """(rows and cols in ``M``, and rows and draw indices in the generated G) of every synapse of the JITC
+    matrix ``M`` of ``shape``, in ``M``'s row-major order. The generator is walked row by row
+    (``_jitc_kernels.generated_synapses``: the draws of ``jits/jitu/jitn``), in memory near the synapse
+    count, never the dense matrix. The positions do not depend on the weights (separate draws)."""
+    gshape, _ = _jitc._generated(shape, False, corder)
     with jax.ensure_compile_time_eval():  # concrete even inside a jit trace
-        mask = np.asarray(_jitc.jits(1.0, prob, seed, shape=shape, corder=corder))
-    rows, cols = np.nonzero(mask)
+        g_rows, g_cols, ks = JK.generated_synapses(seed, JK.skip_table(prob), shape=gshape)
+    rows, cols = (g_rows, g_cols) if corder else (g_cols, g_rows)
+    if not corder:  # G = M.T was walked: back to M's row-major order
+        order = np.lexsort((cols, rows))
+        rows, cols, g_rows, ks = rows[order], cols[order], g_rows[order], ks[order]
     index = np.int32 if max(shape) < 2 ** 31 else np.int64
-    return rows.astype(index), cols.astype(index)
+    return rows.astype(index), cols.astype(index), g_rows, ks
 
 
 def _jitc_dt2t(name, letter, first, second, prob, y, seed, shape, transpose, corder, backend):
@@ -288,12 +292,14 @@ def _jitc_dt2t(name, letter, first, second, prob, y, seed, shape, transpose, cor
     dtype = jnp.promote_types(w_dtype, y.dtype)
     if prob == 0.0 or 0 in shape:
         return _units.attach(jnp.zeros((0,), dtype), unit_w, unit_y)
-    rows, cols = jitc_synapses(seed, prob, shape, bool(corder))
+    rows, cols, g_rows, ks = jitc_synapses(seed, prob, shape, bool(corder))
+    params, _, _ = _jitc._params(name, first, second, letter)
     if letter == "s":
-        values = jnp.asarray(_units.split(first)[0], w_dtype).reshape(())
-    else:  # the exact weights the products multiply by, taken from xlakern's materialisation
-        dense = _units.split(_jitc._dense(name, letter, first, second, prob, seed, shape, False, corder, backend))[0]
-        values = dense[rows, cols]
+        values = params[0].astype(w_dtype)
+    else:  # drawn as the kernels draw them, so the same bits as jitu/jitn
+        _, qtable = _jitc._tables(name, letter, prob, params.dtype)
+        values = JK.synapse_weights(params, jnp.uint32(seed), qtable, kind=JK.KINDS[letter], rows=g_rows,
+                                    ks=ks).astype(w_dtype)
     res = gather_product(y.astype(dtype), values.astype(dtype), cols if transpose else rows, True)
     return _units.attach(res, unit_w, unit_y)
 

@@ -444,24 +444,34 @@ class JITCMatrix(DataRepresentation):
         dense, unit = _units.split(self.todense())
         return _units.attach(jnp.sum(dense, axis=axis), unit)
 
-    def _concrete_dense(self, name):
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(self)):
-            raise EventShapeError(f"{name}: the matrix's weights or seed are traced; the sparse structure needs "
-                                  f"concrete values (convert outside jit)")
-        return self.todense()
-
     def tocsr(self):
-        """The same matrix in compressed rows: exactly the materialised weights (eager only; an
-        entry whose weight is exactly 0 is not stored).
+        """The same matrix in compressed rows, one entry per generated synapse with exactly the weight
+        the products use (a synapse whose weight is 0 is kept). The generator is walked row by row, so
+        memory stays near the synapse count; the seed and weights must be concrete (eager).
 
         Example::
 
             csr = xlakern.JITCScalarR((0.5, 0.1, 42), shape=(100, 200)).tocsr()
         """
+        from ._dt2t import _concrete_seed, jitc_synapses
         from ._layouts import CSR
 
-        csr = CSR.fromdense(self._concrete_dense(f"{type(self).__name__}.tocsr"))
-        return CSR(csr._arrays(), shape=csr.shape, backend=self.backend)
+        name = f"{type(self).__name__}.tocsr"
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(self)):
+            raise EventShapeError(f"{name}: the matrix's weights or seed are traced; the sparse structure needs "
+                                  f"concrete values (convert outside jit)")
+        shape, flipped = self._stored()
+        rows, cols, _, _ = jitc_synapses(_concrete_seed(name, self.seed), self.prob, shape, self.corder)
+        # the generated matrix's weights in its row-major order: dt2t by ones, exact (w * 1)
+        ones = jnp.ones((self.shape[1] if flipped else self.shape[0],), self.dtype)
+        w = self._per_synapse(ones, at_column=flipped)
+        if flipped:  # this matrix is the generated one's transpose: regroup by its rows
+            rows, cols = cols, rows
+            order = np.lexsort((cols, rows))
+            rows, cols, w = rows[order], cols[order], w[order]
+        indptr = np.zeros(self.shape[0] + 1, rows.dtype)
+        np.cumsum(np.bincount(rows, minlength=self.shape[0]), out=indptr[1:])
+        return CSR((w, jnp.asarray(cols), jnp.asarray(indptr)), shape=self.shape, backend=self.backend)
 
     def tocsc(self):
         """The same matrix in compressed columns (see :meth:`tocsr`).

@@ -137,6 +137,44 @@ def reference_dense(params, seed, table, qtable, *, kind: int, shape):
     return jnp.zeros((grows, gcols), dtype).at[rows, cols].set(w, mode="drop")
 
 
+def generated_synapses(seed: int, table: np.ndarray, *, shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, cols, draw index k) of every synapse of G, in row-major order, as NumPy arrays: the draws
+    of :func:`reference_dense` (so the same synapses), walked in blocks of draws per row until each row
+    passes its end, so memory stays near the synapse count instead of grows * gcols. Eager."""
+    grows, gcols = shape
+    table = np.asarray(table)
+    n = table.shape[0]
+    expected = gcols * (1.0 if n == 0 else -math.expm1(-32 * math.log(2) / n))
+    block = int(min(gcols, expected + 6 * math.sqrt(expected) + 16)) + 1
+    key_of = np.asarray(row_key(jnp.uint32(seed), jnp.arange(grows, dtype=jnp.uint32)))
+    live = np.arange(grows)  # rows not yet past their end
+    last = np.full(grows, -1, np.int64)  # each row's last column so far
+    k0 = 0
+    found = []
+    while live.size:
+        k = jnp.arange(k0, k0 + block, dtype=jnp.uint32)[None, :]
+        h = np.asarray(draw(jnp.asarray(key_of[live])[:, None], k * _u32(2)))
+        skip = 1 + (n - np.searchsorted(table, h.reshape(-1), side="right").reshape(h.shape))
+        cols = last[live][:, None] + np.cumsum(np.minimum(skip, gcols + 1).astype(np.int64), axis=1)
+        r, j = np.nonzero(cols < gcols)
+        found.append((live[r], cols[r, j], k0 + j))
+        last[live] = cols[:, -1]
+        live = live[cols[:, -1] < gcols]
+        k0 += block
+    rows, cols, ks = (np.concatenate([f[i] for f in found]).astype(np.int64) for i in range(3))
+    order = np.lexsort((cols, rows))
+    return rows[order], cols[order], ks[order]
+
+
+def synapse_weights(params, seed, qtable, *, kind: int, rows, ks):
+    """The weights of G's synapses (rows, draw indices k), as :func:`reference_dense` computes them."""
+    dtype = jnp.dtype(params.dtype)
+    key = row_key(jnp.asarray(seed, jnp.uint32).reshape(()), jnp.asarray(rows, jnp.uint32))
+    h2 = draw(key, jnp.asarray(ks, jnp.uint32) * _u32(2) + _u32(1))
+    r = weight_factor(kind, h2, qtable, dtype)
+    return params[0] + split_mul(jnp.broadcast_to(params[1], r.shape), r)
+
+
 def reference_product(params, seed, table, qtable, v, *, kind, shape, transpose, binary):
     g = reference_dense(params, seed, table, qtable, kind=kind, shape=shape)
     f = spike_factor(v, binary, g.dtype)
