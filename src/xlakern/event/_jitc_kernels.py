@@ -69,7 +69,9 @@ def quantile_table(dtype_name: str) -> np.ndarray:
 # ----------------------------------------------------------------------------- jnp mirror
 
 def _u32(x):
-    return jnp.uint32(x)
+    # a NumPy scalar: with jax arrays the hash below is traced; with NumPy arrays it runs in NumPy
+    # (generated_synapses' eager walk, which compiles nothing)
+    return np.uint32(x)
 
 
 def mix32(x):
@@ -146,14 +148,14 @@ def generated_synapses(seed: int, table: np.ndarray, *, shape) -> tuple[np.ndarr
     n = table.shape[0]
     expected = gcols * (1.0 if n == 0 else -math.expm1(-32 * math.log(2) / n))
     block = int(min(gcols, expected + 6 * math.sqrt(expected) + 16)) + 1
-    key_of = np.asarray(row_key(jnp.uint32(seed), jnp.arange(grows, dtype=jnp.uint32)))
+    key_of = row_key(np.full(1, seed, np.uint32), np.arange(grows, dtype=np.uint32))  # NumPy all along
     live = np.arange(grows)  # rows not yet past their end
     last = np.full(grows, -1, np.int64)  # each row's last column so far
     k0 = 0
     found = []
     while live.size:
-        k = jnp.arange(k0, k0 + block, dtype=jnp.uint32)[None, :]
-        h = np.asarray(draw(jnp.asarray(key_of[live])[:, None], k * _u32(2)))
+        k = np.arange(k0, k0 + block, dtype=np.uint32)[None, :]
+        h = draw(key_of[live][:, None], k * _u32(2))
         skip = 1 + (n - np.searchsorted(table, h.reshape(-1), side="right").reshape(h.shape))
         cols = last[live][:, None] + np.cumsum(np.minimum(skip, gcols + 1).astype(np.int64), axis=1)
         r, j = np.nonzero(cols < gcols)
