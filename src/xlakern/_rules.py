@@ -19,18 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
-from . import _compat
+from ._primitive import XLACustomKernel, _zero_tangent
 from .errors import XlakernError
-
-
-def _zero_tangent(x: Any):
-    return ad.Zero(_compat.get_aval(x).to_tangent_aval())
-
-
-def _custom_kernel_type():
-    from ._primitive import XLACustomKernel
-
-    return XLACustomKernel
 
 
 def _add(a: Any, b: Any) -> Any:
@@ -57,7 +47,7 @@ def defjvp(primitive: Any, *jvp_rules: Optional[Callable]) -> None:
     """
     if not all(r is None or callable(r) for r in jvp_rules):
         raise XlakernError("defjvp: every rule must be callable or None (one per input of the primitive)")
-    if isinstance(primitive, _custom_kernel_type()):
+    if isinstance(primitive, XLACustomKernel):
         primitive.def_jvp_rule2(*jvp_rules)
         return
     from jax.extend.core import Primitive
@@ -110,7 +100,7 @@ def general_batching_rule(prim: Any, args: Sequence[Any], axes: Sequence[Optiona
     """
     if len(args) != len(axes):
         raise XlakernError(f"general_batching_rule: {len(args)} argument(s) but {len(axes)} batch axes")
-    custom = isinstance(prim, _custom_kernel_type())
+    custom = isinstance(prim, XLACustomKernel)
     multiple = True if custom else prim.multiple_results
 
     def call(xs):

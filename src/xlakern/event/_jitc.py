@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import register_pytree_node_class
@@ -447,7 +446,7 @@ class JITCMatrix(DataRepresentation):
     def tocsr(self):
         """The same matrix in compressed rows, one entry per generated synapse with exactly the weight
         the products use (a synapse whose weight is 0 is kept). The generator is walked row by row, so
-        memory stays near the synapse count; the seed and weights must be concrete (eager).
+        memory stays near the synapse count; the seed must be concrete (the structure depends on it).
 
         Example::
 
@@ -457,9 +456,6 @@ class JITCMatrix(DataRepresentation):
         from ._layouts import CSR
 
         name = f"{type(self).__name__}.tocsr"
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(self)):
-            raise EventShapeError(f"{name}: the matrix's weights or seed are traced; the sparse structure needs "
-                                  f"concrete values (convert outside jit)")
         shape, flipped = self._stored()
         rows, cols, _, _ = jitc_synapses(_concrete_seed(name, self.seed), self.prob, shape, self.corder)
         # the generated matrix's weights in its row-major order: dt2t by ones, exact (w * 1)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad
 
-from .. import XLACustomKernel, load_cpp_file, load_cuda_file
+from .. import XLACustomKernel, general_batching_rule, load_cpp_file, load_cuda_file
 from ._errors import EventShapeError
 from ._kernels import KERNEL_DIR, SDS, call_product, spike_factor
 
@@ -306,17 +306,8 @@ class _JitcKind:
             k, b, n = s.shape  # mm: (k, batch, n) -> (k, batch * n)
             res = mm(*args[:-1], s.reshape(k, b * n), outs=[SDS((out.shape[0], b * n), out.dtype)], **kw)[0]
             return [res.reshape(out.shape[0], b, n)], [1]
-        moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
-        batched = [i for i, ax in enumerate(axes) if ax is not None]
         op = self.ops[(binary, v.ndim - (v_axis is not None) == 2)]
-
-        def one(xs):
-            full = list(moved)
-            for i, x in zip(batched, xs):
-                full[i] = x
-            return op(*full, outs=list(outs), **kw)[0]
-
-        return [jax.lax.map(one, [moved[i] for i in batched])], [0]
+        return general_batching_rule(op, args, axes, outs=list(outs), **kw)
 
 
 JITC_KINDS = {letter: _JitcKind(letter) for letter in "sun"}

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
-from .. import XLACustomKernel, load_cpp_file, load_cuda_file
+from .. import XLACustomKernel, general_batching_rule, load_cpp_file, load_cuda_file
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 SDS = jax.ShapeDtypeStruct
@@ -267,19 +267,7 @@ class _Family:
             k, b, n = s.shape
             res = mm(*args[:-1], s.reshape(k, b * n), outs=[SDS((out.shape[0], b * n), out.dtype)], **kw)[0]
             return [res.reshape(out.shape[0], b, n)], [1]
-        size = next(a.shape[ax] for a, ax in zip(args, axes) if ax is not None)
-        moved = [a if ax is None else jnp.moveaxis(a, ax, 0) for a, ax in zip(args, axes)]
-        batched = [i for i, ax in enumerate(axes) if ax is not None]
-
-        def one(xs):
-            full = list(moved)
-            for i, x in zip(batched, xs):
-                full[i] = x
-            return op(*full, outs=list(outs), **kw)[0]
-
-        res = jax.lax.map(one, [moved[i] for i in batched])
-        assert res.shape[0] == size
-        return [res], [0]
+        return general_batching_rule(op, args, axes, outs=list(outs), **kw)
 
 
 CSR_OPS = _Family("csr")
