@@ -151,6 +151,17 @@ void dispatch_spikes(const xk::Tensor& spikes, bool binary, DType acc, F&& f) {
   }
 }
 
+// Calls f(Tag<W>, Tag<I>, Tag<S>, rule) with a sparse product's weight, index and spike storage types.
+template <typename F>
+void dispatch_sparse(const xk::Tensor& data, const xk::Tensor& indices, const xk::Tensor& spikes, bool binary,
+                     F&& f) {
+  dispatch_weights(data.dtype(), [&](auto wt) {
+    dispatch_index(indices.dtype(), [&](auto it) {
+      dispatch_spikes(spikes, binary, acc_dtype(data.dtype()), [&](auto st, auto rule) { f(wt, it, st, rule); });
+    });
+  });
+}
+
 // The checks both platforms run before touching memory (Python validated already; these keep a
 // direct FFI call from reading out of bounds).
 inline void check_sparse(const xk::Tensor& data, const xk::Tensor& indices, const xk::Tensor& indptr,

@@ -24,49 +24,13 @@
 #include <cstdint>
 
 #include "event_common.h"
+#include "event_sparse_cuda.cuh"
 
 namespace {
 
 using namespace xk_event;
 
-__device__ __forceinline__ float widen(float x) { return x; }
-__device__ __forceinline__ double widen(double x) { return x; }
-__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
-__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-template <typename A>
-__device__ __forceinline__ A warp_sum(A v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
-}
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-
-template <typename W, typename I, typename S, bool Binary>
-__global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
-    const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
-    typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse,
-    int64_t nconn, bool homo, SpikeRule<S, Binary> rule) {
-  using A = typename AccOf<W>::type;
-  const int64_t r = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (r >= nrows) return;  // whole warps leave together
-  int64_t begin, end;
-  row_range(indptr, nconn, nse, r, begin, end);
-  const A w0 = homo ? A(widen(data[0])) : A(0);
-  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
-    A acc = A(0);
-    for (int64_t p = begin + lane; p < end; p += 32) {
-      const int64_t j = int64_t(idx[p]);
-      if (uint64_t(j) >= uint64_t(ncols)) continue;  // out of range: dropped
-      const S s = spk[j * batch + b];
-      if (rule.active(s)) acc += (homo ? w0 : A(widen(data[p]))) * rule.template value<A>(s);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) out[r * batch + b] = acc;
-  }
-}
 
 // Binary gather with the spikes as bits. When they fit in shared memory, every block packs the spikes
 // into a bitmask once (a thread per 32 columns); otherwise (Global) pack_bits has put them in a global
@@ -210,51 +174,6 @@ bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* s
   return true;
 }
 
-// rows_per_warp (a power of two, at most 32) is chosen by the host: 32 on large matrices, where one
-// coalesced read of 32 spikes a warp is what keeps inactive rows cheap; fewer where that would leave
-// the GPU with too few warps and each warp walking several active rows one after another.
-template <typename W, typename I, typename S, bool Binary>
-__global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
-    const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
-    typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse,
-    int64_t nconn, bool homo, SpikeRule<S, Binary> rule, int rows_per_warp) {
-  using A = typename AccOf<W>::type;
-  constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
-  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
-  const int lane = threadIdx.x & 31;
-  if (first_row >= nrows) return;
-  const A w0 = homo ? A(widen(data[0])) : A(0);
-  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
-    const int64_t mine = first_row + lane;
-    const bool mine_ok = lane < rows_per_warp && mine < nrows;
-    S s = S(0);
-    if (mine_ok) s = spk[mine * batch + b];
-    const bool on = mine_ok && rule.active(s);
-    unsigned pending = __ballot_sync(0xffffffffu, on);
-    while (pending) {
-      const int src = __ffs(pending) - 1;
-      pending &= pending - 1;
-      const int64_t r = first_row + src;
-      const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
-      int64_t begin, end;
-      row_range(indptr, nconn, nse, r, begin, end);
-      for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
-        // every load of the round first, so a row costs one memory latency a round, not one a synapse
-        int64_t j[U];
-        A wv[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int64_t p = p0 + u * 32 + lane;
-          j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
-          wv[u] = homo ? w0 : (p < end ? A(widen(data[p])) : A(0));
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (uint64_t(j[u]) < uint64_t(ncols)) atomicAdd(out + j[u] * batch + b, wv[u] * v);  // else dropped
-      }
-    }
-  }
-}
 
 template <typename W, typename S, bool Binary>
 __global__ void __launch_bounds__(kThreads) dense_gather_kernel(
@@ -333,9 +252,6 @@ bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, 
   return false;
 }
 
-// Blocks along y cover batch columns (the kernels stride over the rest).
-unsigned grid_y(int64_t batch) { return unsigned(batch < 65535 ? batch : 65535); }
-unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
 
 }  // namespace
 
@@ -349,37 +265,27 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
   const int64_t batch = batch_of(spikes), nse = indices.numel();
   const bool homo = data.numel() == 1;
   check_sparse(data, indices, indptr, spikes, out, nrows, ncols, nconn, transpose);
-  if (out.numel() == 0) return;
-  if (transpose) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
-  if (nrows == 0) return;
-  int rows_per_warp = 1;
-  if (transpose) {
-    // as many rows a warp as still leaves about 48 warps an SM (a full H100 holds 64)
-    const int64_t want_warps = int64_t(gpu_limits().sms) * 48, spread = nrows * int64_t(grid_y(batch));
-    while (rows_per_warp < 32 && spread / (2 * rows_per_warp) >= want_warps) rows_per_warp *= 2;
-  }
-  const int64_t warps = (nrows + rows_per_warp - 1) / rows_per_warp;
-  const dim3 grid(grid_for_warps(warps), grid_y(batch));
-  dispatch_weights(data.dtype(), [&](auto wt) {
+  PlainLaunch launch;
+  if (!plain_launch(out, nrows, batch, transpose, st, launch)) return;
+  const dim3 grid = launch.grid;
+  const int rows_per_warp = launch.rows_per_warp;
+  dispatch_sparse(data, indices, spikes, binary, [&](auto wt, auto it, auto stag, auto rule) {
     using W = typename decltype(wt)::type;
     using A = typename AccOf<W>::type;
-    dispatch_index(indices.dtype(), [&](auto it) {
-      using I = typename decltype(it)::type;
-      dispatch_spikes(spikes, binary, acc_dtype(data.dtype()), [&](auto stag, auto rule) {
-        using S = typename decltype(stag)::type;
-        const I* ptr = nconn >= 0 ? nullptr : indptr.data_ptr<I>();
-        if (transpose)
-          sparse_scatter_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
-                                                           spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
-                                                           batch, nse, nconn, homo, rule, rows_per_warp);
-        else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
-                                    out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
-                                    bits_scratch(scratch, ncols), st))
-          sparse_gather_kernel<<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), indices.data_ptr<I>(), ptr,
-                                                          spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
-                                                          batch, nse, nconn, homo, rule);
-      });
-    });
+    using I = typename decltype(it)::type;
+    using S = typename decltype(stag)::type;
+    const I* ptr = nconn >= 0 ? nullptr : indptr.data_ptr<I>();
+    const I* no_perm = nullptr;
+    if (transpose)
+      sparse_scatter_kernel<false><<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), no_perm, indices.data_ptr<I>(),
+                                                              ptr, spikes.data_ptr<S>(), out.data_ptr<A>(), nrows,
+                                                              ncols, batch, nse, nconn, homo, rule, rows_per_warp);
+    else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
+                                out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
+                                bits_scratch(scratch, ncols), st))
+      sparse_gather_kernel<false><<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), no_perm, indices.data_ptr<I>(),
+                                                             ptr, spikes.data_ptr<S>(), out.data_ptr<A>(), nrows,
+                                                             ncols, batch, nse, nconn, homo, rule);
   });
   XK_CHECK_LAUNCH();
 }

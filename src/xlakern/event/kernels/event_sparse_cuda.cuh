@@ -1,0 +1,146 @@
+// The plain CSR / fixed-count kernels of xlakern.event's GPU products (see event_cuda.cu's header for
+// what each does), shared by event_cuda.cu and event_indexed_cuda.cu. They read synapse slot p's
+// weight at data[p], or at data[perm[p]] when Permuted (binary_csr*_indexed: weights kept in another
+// order); the indexed products get their own instantiations so that event_cuda.cu, which every
+// product compiles, does not pay for them.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "event_common.h"
+
+namespace xk_event {
+
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ double widen(double x) { return x; }
+__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// Slot p's weight in the accumulation type: data[p], or data[perm[p]] when Permuted (a perm entry
+// outside [0, nse) reads 0, never outside data).
+template <bool Permuted, typename A, typename W, typename I>
+__device__ __forceinline__ A slot_weight(const W* __restrict__ data, const I* __restrict__ perm, int64_t nse,
+                                         int64_t p) {
+  if constexpr (Permuted) {
+    const int64_t q = int64_t(perm[p]);
+    return uint64_t(q) < uint64_t(nse) ? A(widen(data[q])) : A(0);
+  } else {
+    return A(widen(data[p]));
+  }
+}
+
+template <bool Permuted, typename W, typename I, typename S, bool Binary>
+__global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
+    const W* __restrict__ data, const I* __restrict__ perm, const I* __restrict__ idx, const I* __restrict__ indptr,
+    const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch,
+    int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule) {
+  using A = typename AccOf<W>::type;
+  const int64_t r = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= nrows) return;  // whole warps leave together
+  int64_t begin, end;
+  row_range(indptr, nconn, nse, r, begin, end);
+  const A w0 = homo ? A(widen(data[0])) : A(0);
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    A acc = A(0);
+    for (int64_t p = begin + lane; p < end; p += 32) {
+      const int64_t j = int64_t(idx[p]);
+      if (uint64_t(j) >= uint64_t(ncols)) continue;  // out of range: dropped
+      const S s = spk[j * batch + b];
+      if (rule.active(s))
+        acc += (homo ? w0 : slot_weight<Permuted, A>(data, perm, nse, p)) * rule.template value<A>(s);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) out[r * batch + b] = acc;
+  }
+}
+
+// rows_per_warp (a power of two, at most 32) is chosen by the host: 32 on large matrices, where one
+// coalesced read of 32 spikes a warp is what keeps inactive rows cheap; fewer where that would leave
+// the GPU with too few warps and each warp walking several active rows one after another.
+template <bool Permuted, typename W, typename I, typename S, bool Binary>
+__global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
+    const W* __restrict__ data, const I* __restrict__ perm, const I* __restrict__ idx, const I* __restrict__ indptr,
+    const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch,
+    int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule, int rows_per_warp) {
+  using A = typename AccOf<W>::type;
+  constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
+  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
+  const int lane = threadIdx.x & 31;
+  if (first_row >= nrows) return;
+  const A w0 = homo ? A(widen(data[0])) : A(0);
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    const int64_t mine = first_row + lane;
+    const bool mine_ok = lane < rows_per_warp && mine < nrows;
+    S s = S(0);
+    if (mine_ok) s = spk[mine * batch + b];
+    const bool on = mine_ok && rule.active(s);
+    unsigned pending = __ballot_sync(0xffffffffu, on);
+    while (pending) {
+      const int src = __ffs(pending) - 1;
+      pending &= pending - 1;
+      const int64_t r = first_row + src;
+      const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
+      int64_t begin, end;
+      row_range(indptr, nconn, nse, r, begin, end);
+      for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
+        // every load of the round first, so a row costs one memory latency a round, not one a synapse
+        int64_t j[U];
+        A wv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t p = p0 + u * 32 + lane;
+          j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
+          wv[u] = homo ? w0 : (p < end ? slot_weight<Permuted, A>(data, perm, nse, p) : A(0));
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (uint64_t(j[u]) < uint64_t(ncols)) atomicAdd(out + j[u] * batch + b, wv[u] * v);  // else dropped
+      }
+    }
+  }
+}
+
+// Blocks along y cover batch columns (the kernels stride over the rest).
+inline unsigned grid_y(int64_t batch) { return unsigned(batch < 65535 ? batch : 65535); }
+inline unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
+
+// Rows a scatter's warp takes: as many (a power of two, at most 32) as still leaves about 48 warps an
+// SM (a full H100 holds 64).
+inline int scatter_rows_per_warp(int64_t nrows, int64_t batch) {
+  int rows_per_warp = 1;
+  const int64_t want_warps = int64_t(gpu_limits().sms) * 48, spread = nrows * int64_t(grid_y(batch));
+  while (rows_per_warp < 32 && spread / (2 * rows_per_warp) >= want_warps) rows_per_warp *= 2;
+  return rows_per_warp;
+}
+
+// The grid and rows a warp of the plain gather (one row a warp) or scatter; a scatter's output is
+// cleared first, on the stream. False when there is nothing to launch.
+struct PlainLaunch {
+  dim3 grid;
+  int rows_per_warp;
+};
+
+inline bool plain_launch(xk::Tensor& out, int64_t nrows, int64_t batch, bool transpose, cudaStream_t st,
+                         PlainLaunch& launch) {
+  if (out.numel() == 0) return false;
+  if (transpose) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
+  if (nrows == 0) return false;
+  launch.rows_per_warp = transpose ? scatter_rows_per_warp(nrows, batch) : 1;
+  launch.grid = dim3(grid_for_warps((nrows + launch.rows_per_warp - 1) / launch.rows_per_warp), grid_y(batch));
+  return true;
+}
+
+}  // namespace xk_event
