@@ -98,7 +98,42 @@ def test_csr_dt2t_grads_match_dense_formula(rng):
 def test_csr_dt2t_primitive_is_an_xla_custom_kernel():
     for op in (D.csrmv_dt2t_p, D.csrmm_dt2t_p):
         assert isinstance(op, xlakern.XLACustomKernel)
-        assert all(op.available_backends(p) == ["jnp"] for p in ("cpu", "gpu", "tpu"))
+        assert op.available_backends("cpu") == ["cpp", "jnp"] and op.available_backends("gpu") == ["cuda", "jnp"]
+        assert op.available_backends("tpu") == ["jnp"]
+
+
+def _check_dt2t_rows_kernel(rng):
+    """The row kernel (default backend) against NumPy and the jnp reference on rows long and short,
+    runs of empty rows (the kernel's step-forward gives up and searches again), slots before the
+    first row and after the last one (0), enough slots for many warps and CPU chunks, and half dtypes."""
+    nrows = 3000
+    lens = rng.integers(0, 40, nrows)
+    lens[rng.random(nrows) < 0.5] = 0
+    lens[100:400] = 0  # a long run of empty rows
+    lens[7] = 5000  # one long row
+    head, tail = 3, 5  # slots outside every row
+    ptr = head + np.concatenate([[0], np.cumsum(lens)])
+    nse = int(ptr[-1]) + tail
+    rows = np.full(nse, -1)
+    rows[head:nse - tail] = np.repeat(np.arange(nrows), lens)
+    for dtype, tol in ((np.float64, 1e-15), (np.float32, 1e-6), (jnp.bfloat16, 1e-2), (np.float16, 1e-3)):
+        for batch in (None, 3):
+            lead = () if batch is None else (batch,)
+            y = rng.standard_normal(lead + (nrows,)).astype(dtype)
+            w = rng.standard_normal(lead + (nse,)).astype(dtype)
+            expect = np.where(rows >= 0, np.asarray(w, np.float64) * np.asarray(y, np.float64)[..., rows], 0.0)
+            fn = D.csrmv_dt2t if batch is None else D.csrmm_dt2t
+            with x64():
+                for backend in (None, "jnp"):
+                    out = fn(y, w, jnp.zeros(nse, jnp.int32), jnp.asarray(ptr, jnp.int32), shape=(nrows, 4),
+                             backend=backend)
+                    assert out.dtype == w.dtype and out.shape == w.shape
+                    np.testing.assert_allclose(np.asarray(out, np.float64), expect, rtol=tol, atol=tol,
+                                               err_msg=f"{dtype} batch={batch} backend={backend}")
+
+
+def test_csr_dt2t_rows_kernel(rng):
+    _check_dt2t_rows_kernel(rng)
 
 
 def test_malformed_structure_reads_nothing_out_of_bounds(rng):
@@ -233,10 +268,11 @@ def _check_indexed(rng, mm, index_dtype, use_primitive):
             expect = (mat.T if transpose else mat) @ factor
             args = (weights, jnp.asarray(idx, index_dtype), jnp.asarray(ptr, index_dtype),
                     jnp.asarray(perm, index_dtype), v)
-            if use_primitive:
-                op = T.binary_csrmm_indexed_p if mm else T.binary_csrmv_indexed_p
+            if use_primitive:  # weighted products are the float primitives of the same family
+                op = (T.binary_csrmm_indexed_p if mm else T.binary_csrmv_indexed_p) if not weighted else \
+                    xlakern.event._kernels.CSR_INDEXED_OPS.ops[(False, mm)]
                 out = jax.jit(lambda *a: op(*a, outs=[jax.ShapeDtypeStruct(expect.shape, jnp.float64)], shape=shape,
-                                            transpose=transpose, weighted=weighted)[0])(*args)
+                                            transpose=transpose)[0])(*args)
             else:
                 fn = T.binary_csrmm_indexed if mm else T.binary_csrmv_indexed
                 out = jax.jit(lambda *a: fn(*a, shape=shape, workspace=None, transpose=transpose,
@@ -267,7 +303,7 @@ def test_indexed_primitive_grad_wrt_data(rng, on_cpu):
 
         def loss(d):
             out = T.binary_csrmv_indexed_p(d, idx, ptr, perm, v, outs=[jax.ShapeDtypeStruct((14,), jnp.float64)],
-                                           shape=(20, 14), transpose=True, weighted=False)[0]
+                                           shape=(20, 14), transpose=True)[0]
             return jnp.sum(c * out)
 
         g = jax.grad(loss)(rng.standard_normal(len(idx)))
@@ -275,6 +311,51 @@ def test_indexed_primitive_grad_wrt_data(rng, on_cpu):
         expect = np.zeros(len(idx))
         expect[perm] = per_slot
         np.testing.assert_allclose(np.asarray(g), expect, rtol=1e-12, atol=1e-14)
+
+
+def _check_indexed_transforms(rng):
+    """grad in data and in float spikes, vmap over spikes, and out-of-range perm entries (weight 0)."""
+    dense, data, idx, ptr = random_csr(rng, 30, 17, 0.3)
+    nse = len(idx)
+    perm = rng.permutation(nse)
+    perm[rng.random(nse) < 0.1] = nse + 3  # outside data: these slots weigh 0
+    perm[0] = -1
+    w = rng.standard_normal(nse)
+    slot_w = np.where((perm >= 0) & (perm < nse), w[np.clip(perm, 0, nse - 1)], 0.0)
+    rows = _rows_of(ptr)
+    mat = np.zeros((30, 17))
+    np.add.at(mat, (rows, idx), slot_w)
+    for transpose in (False, True):
+        n_in, n_out = (30, 17) if transpose else (17, 30)
+        m = mat.T if transpose else mat
+        v = np.where(rng.random(n_in) < 0.5, rng.standard_normal(n_in), 0.0)
+        c = rng.standard_normal(n_out)
+        for weighted in (False, True):
+            f = v if weighted else (v != 0).astype(float)
+            for backend in (None, "jnp"):  # the kernel and the reference backend
+                out = T.binary_csrmv_indexed(w, idx, ptr, perm, v, shape=(30, 17), transpose=transpose,
+                                             weighted=weighted, backend=backend)
+                np.testing.assert_allclose(np.asarray(out), m @ f, rtol=1e-12, atol=1e-12)
+            g = jax.grad(lambda d: jnp.sum(c * T.binary_csrmv_indexed(d, idx, ptr, perm, v, shape=(30, 17),
+                                                                      transpose=transpose, weighted=weighted)))(w)
+            src, dst = (rows, idx) if transpose else (idx, rows)
+            per_slot = c[dst] * f[src]
+            ok = (perm >= 0) & (perm < nse)
+            expect = np.zeros(nse)
+            np.add.at(expect, perm[ok], per_slot[ok])
+            np.testing.assert_allclose(np.asarray(g), expect, rtol=1e-12, atol=1e-12)
+        gv = jax.grad(lambda x: jnp.sum(c * T.binary_csrmv_indexed(w, idx, ptr, perm, x, shape=(30, 17),
+                                                                   transpose=transpose, weighted=True)))(v)
+        np.testing.assert_allclose(np.asarray(gv), m.T @ c, rtol=1e-12, atol=1e-12)
+        batch = np.where(rng.random((5, n_in)) < 0.3, 1.0, 0.0)
+        out = jax.vmap(lambda s: T.binary_csrmv_indexed(w, idx, ptr, perm, s, shape=(30, 17),
+                                                        transpose=transpose))(batch)
+        np.testing.assert_allclose(np.asarray(out), batch @ m.T, rtol=1e-12, atol=1e-12)
+
+
+def test_indexed_products_grad_vmap_and_bad_perm(rng, on_cpu):
+    with x64():
+        _check_indexed_transforms(rng)
 
 
 # ----------------------------------------------------------------------------- csr_slice_rows
@@ -310,6 +391,34 @@ def test_csr_slice_rows_sums_repeated_columns_and_vmaps(rng):
         batch = rng.integers(0, 25, size=(6, 4))
         out = jax.vmap(lambda r: T.csr_slice_rows(data, idx, ptr, r, shape=(25, 13)))(batch)
         np.testing.assert_array_equal(np.asarray(out), dense[batch])
+
+
+def _check_slice_kernel_against_reference(rng):
+    """The kernel (default backend) and the jnp reference agree, for repeated and out-of-range columns,
+    rows outside the matrix (an int64 row past 2^32 must not wrap onto a real one) and half weights."""
+    m, n, nse = 40, 23, 300
+    idx = rng.integers(-2, n + 2, nse).astype(np.int32)
+    ptr = np.sort(rng.integers(0, nse + 1, m + 1)).astype(np.int32)
+    ptr[0], ptr[-1] = 0, nse
+    rows = np.array([0, 5, 5, -1, m, 2**32 + 5, int(rng.integers(0, m))], np.int64)
+    dense = np.zeros((m, n))
+    syn_rows = _rows_of(ptr)
+    ok = (idx >= 0) & (idx < n)
+    for dtype in (np.float32, np.float16, np.float64):
+        data = rng.standard_normal(nse).astype(dtype)
+        dense[:] = 0
+        np.add.at(dense, (syn_rows[ok], idx[ok]), data[ok].astype(np.float64))
+        with x64():
+            outs = [T.csr_slice_rows(data, idx, ptr, rows, shape=(m, n), backend=b) for b in (None, "jnp")]
+        expect = _slice_reference(dense, [r if r < m else -1 for r in rows])
+        for out in outs:
+            assert out.dtype == dtype
+            tol = 1e-2 if dtype == np.float16 else 1e-5
+            np.testing.assert_allclose(np.asarray(out, np.float64), expect, rtol=tol, atol=tol)
+
+
+def test_csr_slice_rows_kernel_matches_reference(rng):
+    _check_slice_kernel_against_reference(rng)
 
 
 def test_csr_slice_rows_grad_wrt_data(rng):
@@ -407,6 +516,8 @@ def test_bad_inputs_name_the_argument():
 def test_compressed_dt2t_gpu(rng, csc, mm):
     with jax.default_device(jax.devices("gpu")[0]), x64():
         _check_compressed_dt2t(rng, csc, mm, np.int32)
+        if not csc:
+            _check_dt2t_rows_kernel(rng)
 
 
 @pytest.mark.gpu
@@ -415,6 +526,8 @@ def test_indexed_products_gpu(rng, mm):
     with jax.default_device(jax.devices("gpu")[0]), x64():
         _check_indexed(rng, mm, np.int32, use_primitive=False)
         _check_indexed(rng, mm, np.int32, use_primitive=True)
+        if not mm:
+            _check_indexed_transforms(rng)
 
 
 @pytest.mark.gpu
@@ -422,6 +535,7 @@ def test_csr_slice_rows_gpu(rng):
     with jax.default_device(jax.devices("gpu")[0]):
         test_csr_slice_rows_matches_numpy(rng, np.int32)
         test_csr_slice_rows_grad_wrt_data(rng)
+        _check_slice_kernel_against_reference(rng)
 
 
 def test_jitc_dt2t_walks_the_generator_without_the_dense_matrix(rng):

@@ -58,6 +58,54 @@ def test_grad_wrt_weights_matches_dense(rng, binary, transpose):
                                    rtol=1e-10)
 
 
+def _check_row_col_kernel(rng):
+    """The CSR weight gradient's kernel (csr_row_col_product) against NumPy and its jnp form: slots
+    before the first row and after the last, columns out of range, rows whose factor is zero (skipped),
+    batch 1 and 5, int32 and int64, float32 and float64; and its own gradient (higher-order grads)."""
+    from xlakern.event import _kernels as K
+
+    m, n = 41, 29
+    lens = rng.integers(0, 12, m)
+    lens[rng.random(m) < 0.3] = 0
+    head, tail = 2, 3
+    ptr = head + np.concatenate([[0], np.cumsum(lens)])
+    nse = int(ptr[-1]) + tail
+    idx = rng.integers(-2, n + 2, nse)
+    rows = np.full(nse, -1)
+    rows[head:nse - tail] = np.repeat(np.arange(m), lens)
+    ok = (rows >= 0) & (idx >= 0) & (idx < n)
+    for dtype, itype, batch in ((np.float64, np.int64, 1), (np.float32, np.int32, 5), (np.float64, np.int32, 5)):
+        a = rng.standard_normal((m, batch)) * (rng.random((m, 1)) < 0.5)  # half the rows silent
+        b = rng.standard_normal((n, batch))
+        expect = np.where(ok, (a[np.clip(rows, 0, m - 1)] * b[np.clip(idx, 0, n - 1)]).sum(1), 0.0)
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        with x64():
+            args = (jnp.asarray(a, dtype), jnp.asarray(b, dtype), jnp.asarray(idx, itype), jnp.asarray(ptr, itype))
+            for backend in (None, "jnp"):
+                out = K.row_col_p(*args, outs=[jax.ShapeDtypeStruct((nse,), dtype)], backend=backend, shape=(m, n))[0]
+                np.testing.assert_allclose(np.asarray(out), expect, rtol=tol, atol=tol, err_msg=f"{dtype} {backend}")
+            if dtype == np.float64:
+                c = rng.standard_normal(nse)
+                ga = jax.grad(lambda x: jnp.sum(c * K.row_col_p(x, *args[1:], outs=[jax.ShapeDtypeStruct(
+                    (nse,), dtype)], shape=(m, n))[0]))(args[0])
+                expect_a = np.zeros((m, batch))
+                np.add.at(expect_a, rows[ok], c[ok, None] * b[idx[ok]])
+                np.testing.assert_allclose(np.asarray(ga), expect_a, rtol=1e-12, atol=1e-12)
+
+
+def test_weight_gradient_kernel(rng):
+    _check_row_col_kernel(rng)
+
+
+@pytest.mark.gpu
+def test_weight_gradient_kernel_gpu(rng):
+    with jax.default_device(jax.devices("gpu")[0]):
+        _check_row_col_kernel(rng)
+        test_grad_wrt_weights_matches_dense(rng, True, True)
+        test_grad_wrt_weights_matches_dense(rng, False, False)
+        test_mm_gradients(rng)
+
+
 @pytest.mark.parametrize("family", ["csr", "fcn", "dense"])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_spike_gradient_is_the_product_in_the_other_orientation(rng, family, transpose):
@@ -365,8 +413,17 @@ _CACHE_SCRIPT = textwrap.dedent(r"""
            xlakern.WeightedArray(s9.astype(np.float32)) @ jnp.asarray(d),
            xlakern.binary_csrmm(W.data, W.indices, W.indptr, np.ones((7, 3), bool), shape=(9, 7)),
            xlakern.binary_fcnmm(F.data, F.indices, np.ones((9, 3), bool), shape=(9, 7), transpose=True),
-           xlakern.binary_densemm(jnp.asarray(d), np.ones((7, 3), bool), transpose=False)]
+           xlakern.binary_densemm(jnp.asarray(d), np.ones((7, 3), bool), transpose=False),
+           # the drop-in CSR helpers' own kernels
+           xlakern.binary_csrmv_indexed(W.data, W.indices, W.indptr, jnp.arange(W.nse, dtype=jnp.int32), s9,
+                                        shape=(9, 7), transpose=True),
+           xlakern.csr_slice_rows(W.data, W.indices, W.indptr, jnp.array([1, 4]), shape=(9, 7)),
+           xlakern.csrmv_dt2t(jnp.ones(9), W.data, W.indices, W.indptr, shape=(9, 7)),
+           jax.grad(lambda w: jnp.sum(xlakern.binary_csrmv(w, W.indices, W.indptr, s9, shape=(9, 7),
+                                                           transpose=True)))(W.data)]
     np.testing.assert_allclose(res[0], s9 @ d, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res[-4], s9 @ d, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res[-3], d[[1, 4]], rtol=1e-6)
     jax.block_until_ready(res)
     print(f"LOAD_S={load_s:.4f}")
 """)
@@ -395,6 +452,10 @@ def test_cuda_kernels_compile():
                                  compute_capability="9.0")
     assert set(mod.functions) == {"event_sparse", "event_dense"}
     assert mod.functions["event_sparse"].endswith("stream")
+    for source, entries in (("event_indexed_cuda.cu", {"event_sparse_indexed"}), ("csr_slice_cuda.cu", {"csr_slice_rows"}),
+                            ("csr_synapse_cuda.cu", {"csr_dt2t_rows", "csr_row_col_product"})):
+        mod = xlakern.load_cuda_file(KERNEL_DIR / source, name="xlakern_check_" + source[:-3], compute_capability="9.0")
+        assert set(mod.functions) == entries and all(mod.functions[e].endswith("stream") for e in entries)
 
 
 def test_kernel_sources_ship_in_the_package():
@@ -404,7 +465,10 @@ def test_kernel_sources_ship_in_the_package():
 
     # the installed package (not the source tree) carries the sources the loaders compile
     assert KERNEL_DIR == Path(xlakern.__file__).resolve().parent / "event" / "kernels"
-    assert {p.name for p in KERNEL_DIR.iterdir()} >= {"event_cpu.cc", "event_cuda.cu", "event_common.h"}
+    assert {p.name for p in KERNEL_DIR.iterdir()} >= {
+        "event_cpu.cc", "event_cuda.cu", "event_common.h", "event_sparse_cpu.h", "event_sparse_cuda.cuh",
+        "event_indexed_cpu.cc", "event_indexed_cuda.cu", "csr_slice_cpu.cc", "csr_slice_cuda.cu", "csr_rows.h",
+        "csr_synapse_cpu.cc", "csr_synapse_cuda.cu", "csr_tools_common.h"}
 
 
 def test_plain_import_leaves_the_event_subpackage_for_first_use():

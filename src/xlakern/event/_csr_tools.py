@@ -1,12 +1,11 @@
 """CSR helpers with BrainEvent 0.3's names: event products whose weights are read through a
 permutation, dense row slices of a CSR matrix, and the index conversions between CSR, CSC and COO.
 
-* ``binary_csrmv_indexed`` / ``binary_csrmm_indexed``: ``binary_csrmv(data[perm], ...)``. They
-  run xlakern's event-driven product on the gathered weights, so the gather reads every weight
-  once per call (BrainEvent fuses it into the kernel and reads only active rows' weights; a fused
-  kernel is future work here).
-* ``csr_slice_rows``: the dense rows of a CSR matrix, one jnp scatter into a
-  (selected rows, cols) block, differentiable in ``data``.
+* ``binary_csrmv_indexed`` / ``binary_csrmm_indexed``: ``binary_csrmv(data[perm], ...)`` with the
+  permutation read inside the kernels (``kernels/event_indexed_*``), so a scatter reads the
+  weights of active rows only.
+* ``csr_slice_rows``: the dense rows of a CSR matrix; its kernels (``kernels/csr_slice_*``) read the
+  selected rows' synapses only. Differentiable in ``data``.
 * ``csr_to_coo_index``, ``coo_to_csc_index``, ``csr_to_csc_index``, ``csc_to_csr_index``,
   ``coo2csr``: structure conversions. NumPy inputs give NumPy outputs (built on the host);
   other inputs give jax arrays. Coordinates (``indices``) are int32; offsets (``indptr``) and
@@ -28,11 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import XLACustomKernel
+from .. import XLACustomKernel, load_cpp_file, load_cuda_file
 from . import _kernels as K
 from . import _units
 from ._errors import EventDTypeError, EventShapeError, IndexConversionError
-from ._ops import _index, _shape2, _weights, binary_csrmm, binary_csrmv
+from ._ops import _index, _shape2, _sparse_call, _weights
 
 __all__ = [
     "binary_csrmv_indexed", "binary_csrmm_indexed", "binary_csrmv_indexed_p", "binary_csrmm_indexed_p",
@@ -45,40 +44,25 @@ _PLATFORMS = ("cpu", "gpu", "tpu")
 
 # ----------------------------------------------------------------------------- indexed event products
 
-def _gathered_weights(name, data, perm, indices):
-    """``data[perm]`` (units kept); one shared weight is returned as it is and ``perm`` ignored."""
-    data, unit = _units.split(data)
-    data = _weights(name, "data", data)
-    if data.size == 1:
-        return _units.attach(data, unit)
-    perm = _index(name, "perm", perm)
-    nse = jnp.shape(indices)[0] if jnp.ndim(indices) == 1 else None
-    if data.ndim != 1 or (nse is not None and data.shape[0] != nse):
-        raise EventShapeError(f"{name}: data has shape {tuple(data.shape)}; expected ({nse},), one weight per "
-                              f"synapse in canonical order, or one shared weight")
-    if perm.shape != data.shape:
-        raise EventShapeError(f"{name}: perm has shape {tuple(perm.shape)}; expected {tuple(data.shape)}, the "
-                              f"canonical weight index of each stored slot")
-    return _units.attach(data[perm], unit)
-
-
 def binary_csrmv_indexed(data, indices, indptr, perm, v, *, shape, workspace: Any = None, transpose: bool = False,
                          backend: Optional[str] = None, weighted: bool = False):
-    """Event-driven CSR product whose slot ``j`` weighs ``data[perm[j]]``: ``binary_csrmv(data[perm], ...)``.
+    """Event-driven CSR product whose slot ``j`` weighs ``data[perm[j]]``: ``binary_csrmv(data[perm], ...)``
+    without building ``data[perm]``.
 
     ``binary_csrmv_indexed(data, indices, indptr, perm, v, *, shape, workspace=None, transpose=False,
-    backend=None, weighted=False)``. One shared weight (size 1) ignores ``perm``. ``workspace`` is
-    accepted for BrainEvent compatibility and ignored (xlakern's kernels need none). The gather
-    ``data[perm]`` reads every weight once per call, active or not.
+    backend=None, weighted=False)``. The kernels read ``data[perm[j]]`` in place, so a scatter
+    (``transpose=True``) reads the weights of active rows only. One shared weight (size 1) ignores
+    ``perm``; a ``perm`` entry outside ``[0, len(data))`` reads weight 0. ``workspace`` is accepted for
+    BrainEvent compatibility and ignored (xlakern's kernels need none). Differentiable in ``data``
+    (each slot's gradient goes to the weight it read) and in float ``v``.
 
     Example::
 
         # event @ CSC through the CSR arrays of the transpose, weights kept in CSC order
         y = xlakern.binary_csrmv_indexed(w_csc, csr_indices, csr_indptr, perm, spikes, shape=(m, n))
     """
-    name = "binary_csrmv_indexed"
-    w = _gathered_weights(name, data, perm, indices)
-    return binary_csrmv(w, indices, indptr, v, shape=shape, transpose=transpose, backend=backend, weighted=weighted)
+    return _sparse_call("binary_csrmv_indexed", not weighted, False, data, indices, indptr, v, shape, transpose,
+                        backend, False, perm=perm)
 
 
 def binary_csrmm_indexed(data, indices, indptr, perm, B, *, shape, workspace: Any = None, transpose: bool = False,
@@ -92,61 +76,26 @@ def binary_csrmm_indexed(data, indices, indptr, perm, B, *, shape, workspace: An
 
         Y = xlakern.binary_csrmm_indexed(w_csc, csr_indices, csr_indptr, perm, spikes_kb, shape=(m, n))
     """
-    name = "binary_csrmm_indexed"
-    w = _gathered_weights(name, data, perm, indices)
-    return binary_csrmm(w, indices, indptr, B, shape=shape, transpose=transpose, backend=backend, weighted=weighted)
+    return _sparse_call("binary_csrmm_indexed", not weighted, True, data, indices, indptr, B, shape, transpose,
+                        backend, False, perm=perm)
 
 
-def _indexed_primitive(mm: bool) -> XLACustomKernel:
-    """One primitive: operands (data, indices, indptr, perm, v) as normalised by the public
-    functions (float data, int indices); statics shape, transpose, weighted; output in the
-    accumulation dtype. Its kernel gathers ``data[perm]`` and binds xlakern's CSR event product,
-    which lowers to that product's own kernel (C++ on cpu, CUDA on gpu)."""
-    op = XLACustomKernel("binary_csrmm_indexed" if mm else "binary_csrmv_indexed")
-    op.def_tags("event", "csr", "binary", "indexed", "mm" if mm else "mv")
-
-    def weights_of(data, perm):
-        return data if data.size == 1 else data[perm]
-
-    def generator(outs, shape, transpose, weighted):
-        product = K.CSR_OPS.ops[(not weighted, mm)]
-
-        def run(data, indices, indptr, perm, v):
-            return product(weights_of(data, perm), indices, indptr, v, outs=outs, shape=shape,
-                           transpose=transpose)[0]
-        return run
-
-    for platform in _PLATFORMS:
-        op.def_kernel("jnp", platform, generator)
-
-    # Tangents in jnp (linear in the tangent, so jax transposes them for reverse mode); a binary
-    # product's spike tangent uses the spikes' values, the surrogate gradient of xlakern's products.
-    def wrt_data(t, data, indices, indptr, perm, v, *, shape, transpose, weighted, **_):
-        return [K.reference_sparse(weights_of(t, perm), indices, indptr, v, shape=shape, transpose=transpose,
-                                   binary=not weighted, nconn=-1)]
-
-    def wrt_v(t, data, indices, indptr, perm, v, *, shape, transpose, **_):
-        return [K.reference_sparse(weights_of(data, perm), indices, indptr, t, shape=shape, transpose=transpose,
-                                   binary=False, nconn=-1)]
-
-    op.def_jvp_rule2(wrt_data, None, None, None, wrt_v)
-    return op
-
-
-binary_csrmv_indexed_p = _indexed_primitive(mm=False)
-binary_csrmm_indexed_p = _indexed_primitive(mm=True)
+# the primitives (binary spikes; weighted=True uses the float ones, K.CSR_INDEXED_OPS.ops[(False, mm)])
+binary_csrmv_indexed_p = K.CSR_INDEXED_OPS.ops[(True, False)]
+binary_csrmm_indexed_p = K.CSR_INDEXED_OPS.ops[(True, True)]
 
 
 # ----------------------------------------------------------------------------- row slices
 
 def slice_rows_jnp(data, indices, indptr, row_indices, *, shape):
-    """Dense ``(len(row_indices), cols)`` rows of the CSR matrix; rows outside ``[0, rows)`` are zero,
-    columns outside ``[0, cols)`` dropped, repeated columns within a row summed."""
+    """Dense ``(len(row_indices), cols)`` rows of the CSR matrix in the accumulation dtype; rows outside
+    ``[0, rows)`` are zero, columns outside ``[0, cols)`` dropped, repeated columns within a row summed.
+    (The reference backend: it scatters every synapse, where the kernels read the selected rows only.)"""
     m, n = shape
     s = row_indices.shape[0]
     acc = K.acc_dtype(data.dtype)
     if s == 0 or n == 0 or m == 0 or indices.size == 0:
-        return jnp.zeros((s, n), data.dtype)
+        return jnp.zeros((s, n), acc)
     rows, inside = K.synapse_rows(indices, indptr, m, -1)
     wanted = (row_indices >= 0) & (row_indices < m)
     # slot[r]: one output row that asks for row r (-1: none). Each synapse is scattered once, into its
@@ -159,16 +108,37 @@ def slice_rows_jnp(data, indices, indptr, row_indices, *, shape):
     block = jnp.zeros((s, n), acc).at[jnp.where(ok, target, s), jnp.where(ok, indices, 0)].add(
         jnp.where(ok, w, 0), mode="drop")
     source = jnp.where(wanted, slot[jnp.clip(row_indices, 0, m - 1)], -1)
-    return jnp.where((source >= 0)[:, None], block[jnp.clip(source, 0, s - 1)], 0).astype(data.dtype)
+    return jnp.where((source >= 0)[:, None], block[jnp.clip(source, 0, s - 1)], 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _slice_cpu_module():
+    return load_cpp_file(K.KERNEL_DIR / "csr_slice_cpu.cc", name="xlakern_csr_slice_cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def _slice_cuda_module():
+    return load_cuda_file(K.KERNEL_DIR / "csr_slice_cuda.cu", name="xlakern_csr_slice_cuda")
 
 
 def _slice_rows_primitive() -> XLACustomKernel:
+    """Operands (data, indices, indptr, selected rows), indptr and rows in indices' dtype; static
+    ``shape``; output ``(len(rows), cols)`` in the accumulation dtype."""
     op = XLACustomKernel("csr_slice_rows")
     op.def_tags("event", "csr", "slice")
 
     def generator(outs, shape):
         return functools.partial(slice_rows_jnp, shape=shape)
 
+    def compiled(module_fn):
+        def gen(outs, shape):
+            def run(data, indices, indptr, rows):
+                return module_fn().csr_slice_rows(data, indices, indptr, rows, outs=outs[0], ncols=shape[1])
+            return run
+        return gen
+
+    op.def_cpp_kernel(compiled(_slice_cpu_module))
+    op.def_cuda_kernel(compiled(_slice_cuda_module))
     for platform in _PLATFORMS:
         op.def_kernel("jnp", platform, generator)
 
@@ -217,8 +187,11 @@ def csr_slice_rows(data, indices, indptr, row_indices, *, shape, backend: Option
                               f"weight per index, or one shared weight")
     data = data.reshape(-1)
     selected = row_indices.reshape(-1)
+    # rows outside the matrix become -1 before the cast, so a wide index cannot wrap onto a real row
+    selected = jnp.where((selected >= 0) & (selected < shape[0]), selected, -1).astype(indices.dtype)
     res = csr_slice_rows_p(data, indices, indptr.astype(indices.dtype), selected,
-                           outs=[K.SDS((selected.shape[0], shape[1]), data.dtype)], backend=backend, shape=shape)[0]
+                           outs=[K.SDS((selected.shape[0], shape[1]), K.acc_dtype(data.dtype))], backend=backend,
+                           shape=shape)[0].astype(data.dtype)
     return _units.attach(res[0] if row_indices.ndim == 0 else res, unit)
 
 

@@ -10,10 +10,13 @@ entries) and ``transpose=True`` at its column (``y`` has ``cols`` entries). Syna
 row (a malformed ``indptr``) or with a column outside ``[0, cols)`` give 0, never an
 out-of-bounds read.
 
-Kernels: each product is a gather and a multiply per synapse, which XLA fuses into one
-memory-bound loop on every platform; a hand-written kernel would move the same bytes, so the
-primitives register one ``jnp`` backend for cpu, gpu and tpu. Their JVPs are the same jnp
-form (the product is bilinear in ``y`` and ``w``), which jax transposes for reverse mode.
+Kernels: read at each synapse's column (and for the fixed-count and JITC forms) the product is a
+gather and a multiply per synapse, which XLA fuses into one memory-bound loop, so it stays in jnp.
+Read at each CSR synapse's row, jnp must first count and scan the row starts over every synapse;
+``kernels/csr_synapse_*`` find the rows as they go (C++ on cpu, CUDA on gpu; jnp on tpu and as the
+reference). The JVPs are the jnp form (the product is bilinear in ``y`` and ``w``), which jax
+transposes for reverse mode. A non-decreasing ``indptr`` is assumed; for a malformed one every read
+still stays inside the arrays.
 
 Units (brainunit): the result carries the product of ``y``'s and ``w``'s units. (BrainEvent's CSR
 forms keep ``w``'s alone; its fixed-count forms multiply both, as here.)
@@ -39,7 +42,7 @@ from .. import XLACustomKernel
 from . import _jitc, _units
 from . import _jitc_kernels as JK
 from ._errors import EventDTypeError, EventShapeError
-from ._kernels import SDS, synapse_rows
+from ._kernels import SDS, acc_dtype, synapse_cpu_module, synapse_cuda_module, synapse_rows
 from ._ops import _index, _shape2, _weights
 
 __all__ = [
@@ -62,20 +65,35 @@ def gather_product(y, w, pos, ok):
 
 
 def csr_dt2t_jnp(y, w, indices, indptr, *, shape, transpose):
-    """The CSR dt2t product of the primitives below (mv: y (n,), w (nse,); mm: y (b, n), w (b, nse))."""
+    """The CSR dt2t product of the primitives below (mv: y (n,), w (nse,); mm: y (b, n), w (b, nse)),
+    in the accumulation dtype."""
+    acc = acc_dtype(w.dtype)
     rows, inside = synapse_rows(indices, indptr, shape[0], -1)
     if not transpose:
-        return gather_product(y, w, rows, inside)
-    return gather_product(y, w, indices, inside & (indices >= 0) & (indices < shape[1]))
+        return gather_product(y, w, rows, inside).astype(acc)
+    return gather_product(y, w, indices, inside & (indices >= 0) & (indices < shape[1])).astype(acc)
 
 
 def _csr_dt2t_primitive(name: str) -> XLACustomKernel:
+    """Operands (y, w, indices, indptr), y and w of one float dtype; statics shape, transpose; output
+    w's shape in the accumulation dtype."""
     op = XLACustomKernel(name)
     op.def_tags("event", "csr", "dt2t", "mm" if name.startswith("csrmm") else "mv")
 
     def generator(outs, shape, transpose):
         return functools.partial(csr_dt2t_jnp, shape=shape, transpose=transpose)
 
+    # Read at each synapse's row, a kernel finds the rows as it goes (the jnp form needs a count and a
+    # scan over all synapses first); read at its column, the product is one fused gather in jnp.
+    def compiled(module_fn):
+        def gen(outs, shape, transpose):
+            if transpose:
+                return generator(outs, shape, transpose)
+            return lambda y, w, indices, indptr: module_fn().csr_dt2t_rows(y, w, indptr, outs=outs[0])
+        return gen
+
+    op.def_cpp_kernel(compiled(synapse_cpu_module))
+    op.def_cuda_kernel(compiled(synapse_cuda_module))
     for platform in ("cpu", "gpu", "tpu"):
         op.def_kernel("jnp", platform, generator)
 
@@ -134,8 +152,8 @@ def _compressed_dt2t(name, mm, csc, y, w, indices, indptr, shape, transpose, bac
     # CSC arrays of a (rows, cols) matrix are the CSR arrays of its (cols, rows) transpose
     view_shape, view_transpose = (shape[::-1], not transpose) if csc else (shape, bool(transpose))
     op = csrmm_dt2t_p if mm else csrmv_dt2t_p
-    res = op(y, w, indices, indptr.astype(indices.dtype), outs=[SDS(w.shape, w.dtype)], backend=backend,
-             shape=tuple(view_shape), transpose=view_transpose)[0]
+    res = op(y, w, indices, indptr.astype(indices.dtype), outs=[SDS(w.shape, acc_dtype(w.dtype))], backend=backend,
+             shape=tuple(view_shape), transpose=view_transpose)[0].astype(w.dtype)
     return _units.attach(res, unit_y, unit_w)
 
 

@@ -94,7 +94,8 @@ def _prepare_values(name, data, v, binary):
     return data, v.astype(K.acc_dtype(dtype)), dtype
 
 
-def _sparse_call(name, binary, mm, data, indices, indptr, v, shape, transpose, backend, nconn_layout):
+def _sparse_call(name, binary, mm, data, indices, indptr, v, shape, transpose, backend, nconn_layout, perm=None):
+    """One CSR / fixed-count product, validated; ``perm`` (CSR only): slot ``p`` weighs ``data[perm[p]]``."""
     data, unit_d = _units.split(data)
     v, unit_v = _units.split(v)
     shape = _shape2(name, shape)
@@ -121,6 +122,12 @@ def _sparse_call(name, binary, mm, data, indices, indptr, v, shape, transpose, b
         if data.size != 1 and data.shape != (nse,):
             raise EventShapeError(f"{name}: data has shape {tuple(data.shape)}; expected (1,) or () for one shared "
                                   f"weight, or ({nse},), one weight per index")
+        if perm is not None:
+            perm = _index(name, "perm", perm)
+            if data.size != 1 and perm.shape != (nse,):
+                raise EventShapeError(f"{name}: perm has shape {tuple(perm.shape)}; expected ({nse},), the index "
+                                      f"into data of each stored slot's weight")
+            perm = perm.astype(indices.dtype) if data.size != 1 else jnp.zeros((0,), indices.dtype)
     _check_spikes(name, "v", v, rows if transpose else cols, mm, transpose)
     if data.size == 1:
         data = data.reshape(1)
@@ -129,6 +136,10 @@ def _sparse_call(name, binary, mm, data, indices, indptr, v, shape, transpose, b
     if nconn_layout:
         op = K.FCN_OPS.ops[(binary, mm)]
         res = op(data, indices, v, outs=[out], backend=backend, shape=shape, transpose=bool(transpose))[0]
+    elif perm is not None:
+        op = K.CSR_INDEXED_OPS.ops[(binary, mm)]
+        res = op(data, indices, indptr, perm, v, outs=[out], backend=backend, shape=shape,
+                 transpose=bool(transpose))[0]
     else:
         op = K.CSR_OPS.ops[(binary, mm)]
         res = op(data, indices, indptr, v, outs=[out], backend=backend, shape=shape, transpose=bool(transpose))[0]
