@@ -1,9 +1,11 @@
 """The BrainEvent 0.3 functions xlakern added for drop-in use, beside BrainEvent 0.3.0 in the same run.
 
-Per jitted call (median), random CSR with K = 80 synapses per row, float32 weights, int32 indices:
+Per jitted call and per step of a jitted loop (medians), random CSR with K = 80 synapses per row,
+float32 weights, int32 indices:
 ``binary_csrmv_indexed`` as a scatter with 1% of rows active (and xlakern's plain ``binary_csrmv`` on
-the same weights, to show what the ``data[perm]`` gather costs), ``csrmv_dt2t`` (one value per synapse)
-and ``csr_slice_rows`` of 256 rows. The check column compares xlakern's result with BrainEvent's.
+the weights gathered first, ``data[perm]``, for comparison), ``csrmv_dt2t`` (one value per synapse),
+``csr_slice_rows`` of 256 rows, and the gradient of a ``binary_csrmv`` scatter in its weights (the
+training step's weight gradient). The check column compares xlakern's result with BrainEvent's.
 
     python bench/bench_be_api.py [--sizes 40000 400000] [--runs 20] [--json out.json]
 """
@@ -11,6 +13,7 @@ and ``csr_slice_rows`` of 256 rows. The check column compares xlakern's result w
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import jax
@@ -22,7 +25,7 @@ from _benchlib import Table, brainevent, err_cell, finish, fmt_t, machine_info, 
 
 K = 80
 COLUMNS = ["binary_csrmv_indexed (scatter, 1%)", "binary_csrmv, same weights (xlakern)", "csrmv_dt2t",
-           "csr_slice_rows (256 rows)"]
+           "csr_slice_rows (256 rows)", "grad of binary_csrmv in data (scatter, 1%)"]
 
 
 def structure(n: int, seed: int = 0):
@@ -54,42 +57,63 @@ def calls(lib, n, arrays):
         from brainevent._csr.binary import _make_binary_csrmv_benchmark_workspace
 
         extra = {"workspace": _make_binary_csrmv_benchmark_workspace(ptr)}
+    # (function, its arguments, the small argument a timed loop makes each step depend on)
     fns = {
         COLUMNS[0]: (lambda d, i, p, q, s: lib.binary_csrmv_indexed(d, i, p, q, s, shape=shape, transpose=True,
-                                                                     **extra), (data, idx, ptr, perm, spikes)),
-        COLUMNS[2]: (lambda yy, d, i, p: lib.csrmv_dt2t(yy, d, i, p, shape=shape), (y, data, idx, ptr)),
-        COLUMNS[3]: (lambda d, i, p, r: lib.csr_slice_rows(d, i, p, r, shape=shape), (data, idx, ptr, rows)),
+                                                                     **extra), (data, idx, ptr, perm, spikes), 4),
+        COLUMNS[2]: (lambda yy, d, i, p: lib.csrmv_dt2t(yy, d, i, p, shape=shape), (y, data, idx, ptr), 0),
+        COLUMNS[3]: (lambda d, i, p, r: lib.csr_slice_rows(d, i, p, r, shape=shape), (data, idx, ptr, rows), 3),
+        # the weight gradient of a training step: every synapse's row is needed
+        COLUMNS[4]: (jax.grad(lambda d, i, p, s, c: jnp.sum(c * lib.binary_csrmv(d, i, p, s, shape=shape,
+                                                                                 transpose=True, **extra))),
+                     (data, idx, ptr, spikes, y), 4),
     }
     if lib is xlakern:
         fns[COLUMNS[1]] = (lambda d, i, p, q, s: xlakern.binary_csrmv(d[q], i, p, s, shape=shape, transpose=True),
-                           (data, idx, ptr, perm, spikes))
+                           (data, idx, ptr, perm, spikes), 4)
     return fns
+
+
+def in_a_loop(fn, args, vary: int, steps: int):
+    """``fn`` called ``steps`` times in one jitted fori_loop. Each step's ``args[vary]`` waits on the
+    previous step (a compare that holds for any finite carry, so the values are unchanged) and the
+    carry sums the step's output, so XLA can neither hoist the call nor compute part of it."""
+    def body(a, _, carry):
+        a = list(a)
+        a[vary] = jnp.where(carry == carry, a[vary], jnp.zeros_like(a[vary]))
+        return carry + jnp.sum(fn(*a).astype(jnp.float32))
+    return jax.jit(lambda *a: jax.lax.fori_loop(0, steps, functools.partial(body, a), jnp.float32(0)))
+
+
+def _timed(fn, fargs, vary, args):
+    """(per jitted call, per loop step, last output, error cell) of one library's function."""
+    try:
+        t_call, _, out = time_fn(jax.jit(fn), fargs, args.runs, budget=args.budget)
+        t_loop, _, _ = time_fn(in_a_loop(fn, fargs, vary, args.steps), fargs, args.runs, budget=args.budget)
+        return t_call, t_loop / args.steps, out, None
+    except Exception as e:  # noqa: BLE001
+        return None, None, None, err_cell(e)
 
 
 def section(args) -> list[Table]:
     device = jax.devices()[0]
-    headers = ["N", "function", "xlakern", "BrainEvent 0.3.0", "BE / xk", "check"]
-    table = Table("be_api", f"BrainEvent 0.3 functions per jitted call, {device.device_kind}", headers,
-                  note=f"K = {K}, float32 weights, int32 indices; median of up to {args.runs} calls.")
+    headers = ["N", "function", "xlakern call", "BrainEvent call", "BE / xk", "xlakern loop step",
+               "BrainEvent loop step", "BE / xk", "check"]
+    table = Table("be_api", f"BrainEvent 0.3 functions, {device.device_kind}", headers,
+                  note=f"K = {K}, float32 weights, int32 indices. Call: one jitted call, dispatch and sync included; "
+                       f"loop step: one step of a jitted {args.steps}-step loop whose carry sums each output. "
+                       f"Medians of up to {args.runs}.")
+    ratio = lambda xk, be: f"{be / xk:.2f}×" if xk and be else ""  # noqa: E731
     for n in args.sizes:
         arrays = structure(n)
         xk = calls(xlakern, n, arrays)
         be = calls(brainevent, n, arrays) if brainevent is not None else {}
         for col in COLUMNS:
-            fn, fargs = xk[col]
-            try:
-                t_xk, _, out_xk = time_fn(jax.jit(fn), fargs, args.runs, budget=args.budget)
-                cell_xk = fmt_t(t_xk)
-            except Exception as e:  # noqa: BLE001
-                t_xk, out_xk, cell_xk = None, None, err_cell(e)
-            t_be, out_be, cell_be = None, None, "—"
+            c_xk, l_xk, out_xk, err_xk = _timed(*xk[col], args)
+            c_be = l_be = out_be = None
+            err_be = "—"
             if col in be:
-                bfn, bargs = be[col]
-                try:
-                    t_be, _, out_be = time_fn(jax.jit(bfn), bargs, args.runs, budget=args.budget)
-                    cell_be = fmt_t(t_be)
-                except Exception as e:  # noqa: BLE001
-                    cell_be = err_cell(e)
+                c_be, l_be, out_be, err_be = _timed(*be[col], args)
             check = ""
             if out_xk is not None and out_be is not None:
                 a, b = np.asarray(out_xk, np.float64), np.asarray(out_be, np.float64)
@@ -98,8 +122,10 @@ def section(args) -> list[Table]:
                     ref = sliced_rows(arrays, n)
                     check += "; vs NumPy: xk " + ("ok" if np.allclose(a, ref, rtol=1e-4, atol=1e-4) else "wrong")
                     check += ", BE " + ("ok" if np.allclose(b, ref, rtol=1e-4, atol=1e-4) else "wrong")
-            ratio = f"{t_be / t_xk:.2f}×" if t_xk and t_be else ""
-            table.add([f"{n:,}", col, cell_xk, cell_be, ratio, check], {"n": n, "fn": col, "xk_s": t_xk, "be_s": t_be})
+            cell = lambda t, err: err if err else fmt_t(t)  # noqa: E731
+            table.add([f"{n:,}", col, cell(c_xk, err_xk), cell(c_be, err_be), ratio(c_xk, c_be),
+                       cell(l_xk, err_xk), cell(l_be, err_be), ratio(l_xk, l_be), check],
+                      {"n": n, "fn": col, "xk_call_s": c_xk, "be_call_s": c_be, "xk_step_s": l_xk, "be_step_s": l_be})
     return [table]
 
 
@@ -108,6 +134,7 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[40_000, 400_000])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=1.0)
+    ap.add_argument("--steps", type=int, default=20, help="steps of the timed loop")
     ap.add_argument("--json")
     args = ap.parse_args()
     t0 = time.perf_counter()

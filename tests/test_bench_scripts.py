@@ -28,6 +28,15 @@ def test_bench_event_runs(tmp_path):
     assert json.loads(js.read_text())
 
 
+def test_bench_be_api_runs(tmp_path):
+    js = tmp_path / "be_api.json"
+    text = _run(["bench/bench_be_api.py", "--sizes", "600", "--runs", "1", "--steps", "2", "--budget", "0.05",
+                 "--json", str(js)], tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith("| 600 |")]
+    assert len(rows) == 5 and not any("error" in r for r in rows), rows
+    assert json.loads(js.read_text())
+
+
 def test_bench_event2_sections_run(tmp_path):
     text = _run(["bench/bench_event2.py", "--platforms", "cpu", "--sizes", "600", "--conns", "20", "--runs", "1",
                  "--budget", "0.05"], tmp_path)
