@@ -5,6 +5,7 @@ plain primitives; normalize_tokens; register_ffi_target."""
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import jax
@@ -43,6 +44,49 @@ def test_names_file_is_brainevent_0_3_0s_all():
     if brainevent.__version__ != "0.3.0":
         pytest.skip(f"brainevent {brainevent.__version__} installed, not 0.3.0")
     assert brainevent_names() == list(brainevent.__all__)
+
+
+MEMBERS_FILE = Path(__file__).parent / "data" / "brainevent_0_3_0_members.json"
+# members BrainEvent 0.3 has that xlakern deliberately leaves out (they raise NotProvidedError)
+MEMBERS_NOT_PROVIDED = {"CSR": {"apply_on_pre", "apply_on_post"}}
+
+
+def _instances():
+    """One small instance of each class, as BrainEvent code builds them."""
+    d = np.array([[0.0, 1.0, 0.0], [2.0, 0.0, 3.0], [0.0, 0.0, 4.0]], np.float32)
+    idx = jnp.array([[0], [2], [1]], jnp.int32)
+    spikes = jnp.array([True, False, True])
+    made = {"CSR": xlakern.CSR.fromdense(d), "CSC": xlakern.CSC.fromdense(d), "Dense": xlakern.Dense(d),
+            "FixedNumPerPre": xlakern.FixedNumPerPre((jnp.ones((3, 1)), idx), shape=(3, 3)),
+            "FixedNumPerPost": xlakern.FixedNumPerPost((jnp.ones((3, 1)), idx), shape=(3, 3)),
+            "BinaryArray": xlakern.BinaryArray(spikes), "BitPackedBinary": xlakern.BitPackedBinary(spikes),
+            "CompactBinary": xlakern.CompactBinary.from_array(spikes), "WeightedArray": xlakern.WeightedArray(d[0])}
+    for family, params in (("Scalar", (0.5,)), ("Uniform", (0.1, 0.4)), ("Normal", (0.0, 0.2))):
+        for side in "RC":
+            made[f"JITC{family}{side}"] = getattr(xlakern, f"JITC{family}{side}")(params + (0.3, 7), shape=(3, 3))
+    return made
+
+
+def test_every_brainevent_0_3_layout_and_event_member_resolves():
+    members = json.loads(MEMBERS_FILE.read_text())
+    assert len(members) == 15 and sum(map(len, members.values())) > 350
+    for cls_name, obj in _instances().items():
+        for name in members[cls_name]:
+            if name in MEMBERS_NOT_PROVIDED.get(cls_name, ()):
+                with pytest.raises(xlakern.NotProvidedError, match="not provided"):
+                    getattr(obj, name)
+                assert not hasattr(obj, name)
+            else:
+                assert hasattr(obj, name), f"{cls_name}.{name}"
+
+
+def test_members_file_is_brainevent_0_3_0s():
+    brainevent = pytest.importorskip("brainevent")
+    if brainevent.__version__ != "0.3.0":
+        pytest.skip(f"brainevent {brainevent.__version__} installed, not 0.3.0")
+    members = json.loads(MEMBERS_FILE.read_text())
+    for cls_name, names in members.items():
+        assert names == sorted(m for m in dir(getattr(brainevent, cls_name)) if not m.startswith("_")), cls_name
 
 
 def test_an_unknown_name_is_still_a_plain_attribute_error():

@@ -394,7 +394,78 @@ def test_jitc_classes(family, params, side, rng):
         jax.jit(lambda W: W.tocsr().data)(W)
 
 
+def test_jitc_data_round_trips(rng):
+    for family, params in JITC:
+        W = getattr(xlakern, family + "R")(params + (0.3, int(rng.integers(0, 2 ** 31))), shape=(19, 11))
+        assert W.data == (params[0] if len(params) == 1 else params)
+        np.testing.assert_array_equal(W.with_data(W.data).todense(), W.todense())
+        doubled = W.with_data(*(2 * p for p in params))
+        np.testing.assert_allclose(doubled.todense(), 2 * np.asarray(W.todense()), rtol=1e-6, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- solve, delays, weight indices
+
+def _square_case(rng, kind, n=12, shared=False):
+    """A well-conditioned square layout: a random sparse matrix plus a diagonal that dominates it."""
+    case = make_case(rng, kind, (n, n), 0.3, shared=shared)
+    return case.W.diag_add(jnp.full((n,), 4.0 + case.W.nse / n, case.W.dtype)) if not shared else case.W
+
+
+@pytest.mark.parametrize("kind", ["CSR", "CSC"])
+def test_solve_matches_numpy(kind, rng):
+    u = pytest.importorskip("brainunit")
+    with x64():
+        W = _square_case(rng, kind)
+        W = type(W)((jnp.asarray(W.data, jnp.float64), W.indices, W.indptr), shape=W.shape)
+        dense = np.asarray(W.todense(), np.float64)
+        b = rng.standard_normal(W.shape[0])
+        x = W.solve(jnp.asarray(b))
+        np.testing.assert_allclose(np.asarray(x), np.linalg.solve(dense, b), rtol=1e-9, atol=1e-10)
+        # units: x = b / W
+        Wu = type(W)((W.data * u.nS, W.indices, W.indptr), shape=W.shape)
+        xu = Wu.solve(jnp.asarray(b) * u.mA)
+        assert u.get_unit(xu) == u.get_unit(u.mA / u.nS)
+        np.testing.assert_allclose(u.get_mantissa(xu.to(u.mA / u.nS)), np.linalg.solve(dense, b), rtol=1e-9)
+        Dn = Dense(jnp.asarray(dense))
+        np.testing.assert_allclose(np.asarray(Dn.solve(b)), np.linalg.solve(dense, b), rtol=1e-9, atol=1e-10)
+    with pytest.raises(xlakern.XlakernError, match="square"):
+        make_case(rng, kind, (5, 7), 0.5).W.solve(jnp.ones(5))
+    with pytest.raises(xlakern.XlakernError, match="b has shape"):
+        W.solve(jnp.ones(3))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_build_weight_indices_is_the_matrix(kind, rng):
+    W = make_case(rng, kind, (9, 13), 0.3).W
+    assert W.build_weight_indices() is W
+
+
+def test_csr_delay_methods_match_the_functions(rng):
+    case = make_case(rng, "CSR", (14, 10), 0.3)
+    W, L = case.W, 6
+    delays = jnp.asarray(rng.integers(1, L, W.nse), jnp.int32)
+    ring = jnp.asarray(rng.standard_normal((L, 10)), jnp.float32)
+    spikes = rng.random(14) < 0.5
+    expect = np.asarray(ring, np.float64).copy()
+    active = spikes[case.rows]
+    np.add.at(expect, ((3 + np.asarray(delays)[active]) % L, case.cols[active]), case.weights[active])
+    got = W.delay_deliver(ring, spikes, delays, 3)
+    np.testing.assert_allclose(np.asarray(got), expect, rtol=1e-5, atol=1e-5)
+    layout = W.delay_layout(np.asarray(delays), n_slots=L)
+    np.testing.assert_allclose(np.asarray(layout.deliver(ring, spikes, 3)), expect, rtol=1e-5, atol=1e-5)
+    with pytest.raises(xlakern.XlakernError, match="tocsr"):
+        W.T.delay_deliver(jnp.zeros((L, 14)), np.ones(10, bool), 1, 0)
+
+
 # ----------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["CSR", "CSC"])
+def test_gpu_solve_and_delay_methods(kind, rng):
+    with jax.default_device(jax.devices("gpu")[0]):
+        test_solve_matches_numpy(kind, rng)  # cuSOLVER
+        test_csr_delay_methods_match_the_functions(rng)
+
 
 @pytest.mark.gpu
 def test_gpu_dense_products_and_updates(rng):

@@ -91,6 +91,25 @@ class Dense(DataRepresentation):
             raise EventShapeError(f"Dense.with_data: data has shape {new}; expected {self.shape}")
         return super().with_data(data)
 
+    def solve(self, b, tol=1e-6, reorder=1):
+        """``x`` with ``W @ x = b`` for a square ``W`` (``jnp.linalg.solve``; ``tol`` and ``reorder``
+        are BrainEvent's sparse-solver arguments, accepted and unused here). Units: ``x`` carries
+        ``b``'s unit over the weights'.
+
+        Example::
+
+            x = W.solve(b)   # np.allclose(W.data @ x, b)
+        """
+        from ._layouts import _check_rhs, _solve_unit
+
+        value, unit_b = _check_rhs("Dense.solve", self.shape, b)
+        w, unit_w = _units.split(self.data)
+        dtype = jnp.promote_types(w.dtype, value.dtype)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            dtype = jnp.asarray(0.0).dtype
+        x = jnp.linalg.solve(jnp.asarray(w, dtype), value.astype(dtype))
+        return _units.attach(x, _solve_unit(unit_b, unit_w))
+
     def todense(self):
         """The matrix itself.
 

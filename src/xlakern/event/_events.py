@@ -219,6 +219,20 @@ class BitPackedBinary(BinaryArray):
     def packed(self):
         return tuple(bitpack(self._value, a) for a in range(self.ndim))
 
+    @property
+    def original_shape(self) -> tuple:
+        """The shape of the unpacked spikes."""
+        return tuple(self.shape)
+
+    def dot(self, other):
+        """``self @ other``.
+
+        Example::
+
+            y = xlakern.BitPackedBinary(spikes).dot(W)
+        """
+        return self @ other
+
 
 @register_pytree_node_class
 class CompactBinary(BinaryArray):
@@ -234,13 +248,58 @@ class CompactBinary(BinaryArray):
     __module__ = "xlakern"
 
     @classmethod
-    def from_array(cls, x, bit_width: int = 32):
+    def from_array(cls, x, bit_width: int = 32, *, name: str = "CompactBinary.from_array"):
         if bit_width != 32:
-            raise EventShapeError(f"CompactBinary.from_array: bit_width must be 32; got {bit_width}")
+            raise EventShapeError(f"{name}: bit_width must be 32; got {bit_width}")
         x = jnp.asarray(_raw(x))
         if x.ndim not in (1, 2):
-            raise EventShapeError(f"CompactBinary.from_array: expected a 1-D or 2-D array; got shape {x.shape}")
+            raise EventShapeError(f"{name}: expected a 1-D or 2-D array; got shape {x.shape}")
         return cls(x)
+
+    # BrainEvent's other constructors. Its kernels read the precomputed compaction; xlakern's read the
+    # spikes, and active_ids / n_active / packed are computed from them when asked for, so these all
+    # come down to from_array.
+    @classmethod
+    def from_array_light(cls, x, bit_width: int = 32):
+        """:meth:`from_array` (BrainEvent defers the compaction here; xlakern always does)."""
+        return cls.from_array(x, bit_width, name="CompactBinary.from_array_light")
+
+    @classmethod
+    def from_packed(cls, packed, active_ids, n_active, value, n_orig, batch_size=None, bit_width: int = 32):
+        """From the spikes ``value`` (the precomputed ``packed``, ``active_ids`` and ``n_active`` are
+        accepted and recomputed from ``value`` when needed)."""
+        c = cls.from_array(value, bit_width, name="CompactBinary.from_packed")
+        if c.shape[0] != n_orig or (c.ndim == 2) != (batch_size is not None) or \
+                (batch_size is not None and c.shape[1] != batch_size):
+            raise EventShapeError(f"CompactBinary.from_packed: value has shape {tuple(c.shape)}; expected "
+                                  f"({n_orig},{'' if batch_size is None else f' {batch_size}'})")
+        return c
+
+    @classmethod
+    def compacy_only_vector(cls, x):
+        """A 1-D :class:`CompactBinary` (BrainEvent's name, spelling included)."""
+        c = cls.from_array(x, name="CompactBinary.compacy_only_vector")
+        if c.ndim != 1:
+            raise EventShapeError(f"CompactBinary.compacy_only_vector: expected a 1-D array; got shape {c.shape}")
+        return c
+
+    @property
+    def n_orig(self) -> int:
+        """Rows of the spikes."""
+        return int(self.shape[0])
+
+    @property
+    def batch_size(self):
+        """Columns of 2-D spikes; None for a vector."""
+        return int(self.shape[1]) if self.ndim == 2 else None
+
+    @property
+    def bit_width(self) -> int:
+        return 32
+
+    def to_dense(self):
+        """The spikes as an array."""
+        return self._value
 
     @property
     def _row_active(self):

@@ -539,13 +539,27 @@ class JITCMatrix(DataRepresentation):
         """
         self._refuse("apply2")
 
+    @property
+    def data(self):
+        """The trainable weight parameter(s), as BrainEvent names them: the weight of a scalar matrix,
+        ``(w_low, w_high)`` or ``(w_loc, w_scale)`` of the others; ``W.with_data(W.data)`` round-trips.
+
+        Example::
+
+            W2 = W.with_data(W.data)
+        """
+        return self.weights[0] if self._nparams == 1 else tuple(self.weights)
+
     def with_data(self, *weights):
-        """The same connectivity (seed, prob) with other weight parameter(s).
+        """The same connectivity (seed, prob) with other weight parameter(s), given one by one or as the
+        tuple :attr:`data` returns.
 
         Example::
 
             W2 = W.with_data(W.weights[0] * 2)
         """
+        if len(weights) == 1 and self._nparams > 1 and isinstance(weights[0], tuple):
+            weights = weights[0]
         return type(self).tree_unflatten((self.prob, self.shape, self.corder, self.backend),
                                          tuple(weights) + (self.seed, self.buffers))
 

@@ -297,10 +297,13 @@ class DataRepresentation:
         self._buffers = {**self.buffers, name: value}
 
     def __getattr__(self, name):
-        # only reached when normal lookup fails: registered buffers read as attributes
+        # only reached when normal lookup fails: registered buffers read as attributes, and BrainEvent
+        # methods xlakern does not provide (their properties raise NotProvidedError, which lands here)
         buffers = self.__dict__.get("_buffers", {})
         if name in buffers:
             return buffers[name]
+        if name in ("apply_on_pre", "apply_on_post") and isinstance(self, CSR):
+            raise _not_provided(f"{type(self).__name__}.{name}", "update_" + name[len("apply_"):])
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -------------------------------------------------------------- array-like metadata
@@ -674,6 +677,50 @@ def _shape_arg(cls_name, shape):
     return r, c
 
 
+def _not_provided(what: str, instead: str):
+    from ..errors import NotProvidedError
+
+    return NotProvidedError(f"{what}: BrainEvent's user-defined plasticity rules are not provided by xlakern; "
+                            f"use .{instead}(...) (the STDP rule of update_csr_on_binary_pre/post)")
+
+
+def _check_rhs(name: str, shape, b):
+    """b's mantissa and unit for solving with a square matrix of ``shape``."""
+    value, unit = _units.split(b)
+    value = jnp.asarray(value)
+    if shape[0] != shape[1]:
+        raise EventShapeError(f"{name}: the matrix has shape {tuple(shape)}; solving needs a square one")
+    if value.shape != (shape[0],):
+        raise EventShapeError(f"{name}: b has shape {tuple(value.shape)}; expected ({shape[0]},), one value per row")
+    return value, unit
+
+
+def _solve_unit(unit_b, unit_w):
+    """x's unit in ``W @ x = b``: b's over the weights'."""
+    if unit_w is None:
+        return unit_b
+    return 1 / unit_w if unit_b is None else unit_b / unit_w
+
+
+def _sparse_solve(name, data, indices, indptr, shape, b, tol, reorder):
+    """x with ``A @ x = b`` for the CSR arrays of a square ``A``: jax's sparse direct solver (cuSOLVER on
+    GPUs, SciPy on CPUs)."""
+    from jax.experimental.sparse.linalg import spsolve
+
+    value, unit_b = _check_rhs(name, shape, b)
+    data, unit_w = _units.split(data)
+    dtype = jnp.promote_types(data.dtype, value.dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.asarray(0.0).dtype
+    # the solvers want each row's columns in order (SciPy's CPU path fails on an unsorted row, and
+    # diag_add appends to rows): a stable sort by (row, column) keeps indptr as it is
+    rows, _ = synapse_rows(indices, indptr, shape[0], -1)
+    order = jnp.lexsort((indices, rows))
+    x = spsolve(jnp.asarray(data, dtype)[order], indices[order], indptr, value.astype(dtype), tol=tol,
+                reorder=reorder)
+    return _units.attach(x, _solve_unit(unit_b, unit_w))
+
+
 @register_pytree_node_class
 class CSR(DataRepresentation):
     """Compressed sparse rows: ``CSR((data, indices, indptr), shape=(m, n))``.
@@ -702,6 +749,66 @@ class CSR(DataRepresentation):
     def T(self):
         """The transpose: a CSC view of the same arrays."""
         return CSC(self._arrays(), shape=self.shape[::-1], backend=self.backend)
+
+    def build_weight_indices(self):
+        """The matrix itself. (BrainEvent caches a column index of a CSR here for its ``W @ s``
+        kernels; xlakern's kernels read the stored arrays in both orientations and need none.)
+
+        Example::
+
+            W = W.build_weight_indices()  # the same W
+        """
+        return self
+
+    def solve(self, b, tol=1e-6, reorder=1):
+        """``x`` with ``W @ x = b`` for a square ``W``, by a sparse direct solver (jax's ``spsolve``:
+        cuSOLVER on GPUs, SciPy on CPUs; not under ``vmap``). ``tol`` is the singularity threshold,
+        ``reorder`` the fill-reducing ordering (0 none, 1 symrcm, 2 symamd, 3 metis), as in BrainEvent.
+        Units: ``x`` carries ``b``'s unit over the weights'. A CSC is regrouped into rows first (its
+        structure must be concrete).
+
+        Example::
+
+            x = W.solve(b)   # np.allclose(W.todense() @ x, b)
+        """
+        csr = self if type(self) is CSR else self.tocsr()
+        idx, indptr = csr._stored_structure()
+        return _sparse_solve(f"{type(self).__name__}.solve", csr._flat_data(), idx, indptr, self.shape, b, tol,
+                             reorder)
+
+    def delay_deliver(self, ring, events, delays, t, *, weighted=None, backend=None):
+        """:func:`xlakern.csr_delay_deliver` with this matrix as the ``(n_pre, n_post)`` connectivity:
+        ``ring[(t + delays[e]) mod L, indices[e]] += data[e] * f(events)[row of e]``. ``delays`` are per
+        synapse in storage order (or one scalar). CSR only: a CSC's synapses are stored by column.
+
+        Example::
+
+            ring = W.delay_deliver(ring, spikes, delays, t)
+        """
+        from ._delay import csr_delay_deliver
+
+        self._require_csr("delay_deliver")
+        return csr_delay_deliver(ring, events, self.data, self.indices, self.indptr, delays, t, shape=self.shape,
+                                 weighted=weighted, backend=self.backend if backend is None else backend)
+
+    def delay_layout(self, delays, n_slots: int):
+        """:class:`xlakern.CSRDelayLayout` of this matrix (each row's synapses sorted by delay; concrete
+        structure and delays). CSR only.
+
+        Example::
+
+            layout = W.delay_layout(delays, n_slots=8)
+            ring = layout.deliver(ring, spikes, t)
+        """
+        from ._delay import CSRDelayLayout
+
+        self._require_csr("delay_layout")
+        return CSRDelayLayout.build(self.data, self.indices, self.indptr, delays, n_slots=n_slots, shape=self.shape)
+
+    def _require_csr(self, method: str) -> None:
+        if type(self) is not CSR:
+            raise EventShapeError(f"{type(self).__name__}.{method}: delays are per synapse of a CSR (rows = "
+                                  f"presynaptic neurons); convert with .tocsr() and give the delays in its order")
 
     def diag_add(self, other):
         """``W + diag(other)`` (``other``: one value per diagonal entry, ``min(shape)`` of them, in
@@ -778,6 +885,16 @@ class FixedNumConn(DataRepresentation):
     """Base of the fixed-count layouts: every stored row has exactly K synapses."""
 
     _fixed = True
+
+    def build_weight_indices(self):
+        """The matrix itself (BrainEvent caches an index here for one orientation; xlakern's kernels
+        need none).
+
+        Example::
+
+            W = W.build_weight_indices()  # the same W
+        """
+        return self
 
     def __init__(self, *args, shape, backend=None, buffers=None, precompute_weight_indices=False):
         # precompute_weight_indices: BrainEvent's eagerly built CSC view; the kernels here need none
