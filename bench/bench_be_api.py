@@ -5,7 +5,8 @@ float32 weights, int32 indices:
 ``binary_csrmv_indexed`` as a scatter with 1% of rows active (and xlakern's plain ``binary_csrmv`` on
 the weights gathered first, ``data[perm]``, for comparison), ``csrmv_dt2t`` (one value per synapse),
 ``csr_slice_rows`` of 256 rows, and the gradient of a ``binary_csrmv`` scatter in its weights (the
-training step's weight gradient). The check column compares xlakern's result with BrainEvent's.
+training step's weight gradient), also for a fixed-count ``binary_fcnmv``. The check column compares
+xlakern's result with BrainEvent's.
 
     python bench/bench_be_api.py [--sizes 40000 400000] [--runs 20] [--json out.json]
 """
@@ -25,7 +26,8 @@ from _benchlib import Table, brainevent, err_cell, finish, fmt_t, machine_info, 
 
 K = 80
 COLUMNS = ["binary_csrmv_indexed (scatter, 1%)", "binary_csrmv, same weights (xlakern)", "csrmv_dt2t",
-           "csr_slice_rows (256 rows)", "grad of binary_csrmv in data (scatter, 1%)"]
+           "csr_slice_rows (256 rows)", "grad of binary_csrmv in data (scatter, 1%)",
+           "grad of binary_fcnmv in weights (scatter, 1%)"]
 
 
 def structure(n: int, seed: int = 0):
@@ -67,6 +69,9 @@ def calls(lib, n, arrays):
         COLUMNS[4]: (jax.grad(lambda d, i, p, s, c: jnp.sum(c * lib.binary_csrmv(d, i, p, s, shape=shape,
                                                                                  transpose=True, **extra))),
                      (data, idx, ptr, spikes, y), 4),
+        COLUMNS[5]: (jax.grad(lambda d, i, s, c: jnp.sum(c * lib.binary_fcnmv(d, i, s, shape=shape,
+                                                                              transpose=True))),
+                     (data.reshape(n, K), idx.reshape(n, K), spikes, y), 2),
     }
     if lib is xlakern:
         fns[COLUMNS[1]] = (lambda d, i, p, q, s: xlakern.binary_csrmv(d[q], i, p, s, shape=shape, transpose=True),

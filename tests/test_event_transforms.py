@@ -82,12 +82,13 @@ def _check_row_col_kernel(rng):
         with x64():
             args = (jnp.asarray(a, dtype), jnp.asarray(b, dtype), jnp.asarray(idx, itype), jnp.asarray(ptr, itype))
             for backend in (None, "jnp"):
-                out = K.row_col_p(*args, outs=[jax.ShapeDtypeStruct((nse,), dtype)], backend=backend, shape=(m, n))[0]
+                out = K.row_col_p(*args, outs=[jax.ShapeDtypeStruct((nse,), dtype)], backend=backend, shape=(m, n),
+                                  nconn=-1)[0]
                 np.testing.assert_allclose(np.asarray(out), expect, rtol=tol, atol=tol, err_msg=f"{dtype} {backend}")
             if dtype == np.float64:
                 c = rng.standard_normal(nse)
                 ga = jax.grad(lambda x: jnp.sum(c * K.row_col_p(x, *args[1:], outs=[jax.ShapeDtypeStruct(
-                    (nse,), dtype)], shape=(m, n))[0]))(args[0])
+                    (nse,), dtype)], shape=(m, n), nconn=-1)[0]))(args[0])
                 expect_a = np.zeros((m, batch))
                 np.add.at(expect_a, rows[ok], c[ok, None] * b[idx[ok]])
                 np.testing.assert_allclose(np.asarray(ga), expect_a, rtol=1e-12, atol=1e-12)
@@ -97,10 +98,47 @@ def test_weight_gradient_kernel(rng):
     _check_row_col_kernel(rng)
 
 
+def _check_fcn_weight_gradients(rng):
+    """Fixed-count weight gradients (the kernel sees rows K apart) against jax's gradient of the dense
+    product: binary and float, mv and mm, both orientations, per-synapse and shared weights, and the
+    jnp backend."""
+    m, n, k = 23, 17, 4
+    with x64():
+        dense, w, idx = random_fcn(rng, m, n, k)
+        rows = np.repeat(np.arange(m), k)
+        for binary, transpose, batch, backend in [(True, True, None, None), (False, False, None, None),
+                                                  (True, False, 3, None), (False, True, 3, "jnp")]:
+            n_in = m if transpose else n
+            lead = (n_in,) if batch is None else (n_in, batch)
+            v = np.where(rng.random(lead) < 0.4, rng.standard_normal(lead), 0.0)
+            f = (v != 0).astype(float) if binary else v
+            c = rng.standard_normal(((n if transpose else m),) + lead[1:])
+            op = {(True, None): xlakern.binary_fcnmv, (False, None): xlakern.fcnmv,
+                  (True, 3): xlakern.binary_fcnmm, (False, 3): xlakern.fcnmm}[(binary, batch)]
+
+            def sparse_loss(d):
+                return jnp.sum(c * op(d, idx, v, shape=(m, n), transpose=transpose, backend=backend))
+
+            def dense_loss(d):
+                entries = jnp.broadcast_to(d.reshape(-1), rows.shape)
+                D = jnp.zeros((m, n), d.dtype).at[rows, idx.reshape(-1)].add(entries)
+                return jnp.sum(c * ((D.T if transpose else D) @ f))
+
+            np.testing.assert_allclose(jax.grad(sparse_loss)(jnp.asarray(w)), jax.grad(dense_loss)(jnp.asarray(w)),
+                                       rtol=1e-10, atol=1e-12, err_msg=f"{binary} {transpose} {batch}")
+            shared = jnp.asarray([0.3])
+            np.testing.assert_allclose(jax.grad(sparse_loss)(shared), jax.grad(dense_loss)(shared), rtol=1e-10)
+
+
+def test_fcn_weight_gradients_match_dense(rng):
+    _check_fcn_weight_gradients(rng)
+
+
 @pytest.mark.gpu
 def test_weight_gradient_kernel_gpu(rng):
     with jax.default_device(jax.devices("gpu")[0]):
         _check_row_col_kernel(rng)
+        _check_fcn_weight_gradients(rng)
         test_grad_wrt_weights_matches_dense(rng, True, True)
         test_grad_wrt_weights_matches_dense(rng, False, False)
         test_mm_gradients(rng)

@@ -136,39 +136,43 @@ def reference_sparse(data, indices, indptr, spikes, *, shape, transpose, binary,
     return out.reshape((nout,) + spikes.shape[1:])
 
 
-def row_col_product_jnp(a, b, indices, indptr, *, shape):
-    """Per CSR slot: the sum over batch columns of ``a[row] * b[column]`` (0 for a slot outside every
-    row or a column outside ``[0, cols)``); ``a`` is (rows, batch), ``b`` (cols, batch)."""
+def row_col_product_jnp(a, b, indices, indptr, *, shape, nconn=-1):
+    """Per slot: the sum over batch columns of ``a[row] * b[column]`` (0 for a slot outside every row
+    or a column outside ``[0, cols)``); ``a`` is (rows, batch), ``b`` (cols, batch). CSR rows, or
+    fixed-count rows of ``nconn`` slots when ``nconn >= 0``."""
     if indices.size == 0 or shape[0] == 0 or shape[1] == 0:
         return jnp.zeros((indices.size,), a.dtype)
-    rows, cols, valid, _ = _coo(jnp.zeros((1,), a.dtype), indices, indptr, shape, -1)
+    rows, cols, valid, _ = _coo(jnp.zeros((1,), a.dtype), indices.reshape(-1), indptr, shape, nconn)
     return jnp.where(valid, jnp.sum(a[rows] * b[cols], axis=1), 0).astype(a.dtype)
 
 
 def _row_col_primitive() -> XLACustomKernel:
     """``csr_row_col_product``: operands (a, b, indices, indptr) as in :func:`row_col_product_jnp`, a
-    and b float32 or float64, indptr in indices' dtype; static ``shape``; output (nse,) in a's dtype.
+    and b float32 or float64, indptr in indices' dtype (unread for fixed-count rows); statics
+    ``shape`` and ``nconn``; output (nse,) in a's dtype.
     The weight gradient of every CSR product: C++/CUDA kernels find each slot's row as they go and
     skip the columns of rows whose ``a`` is zero (a silent neuron's synapses, in a scatter's gradient)."""
     op = XLACustomKernel("csr_row_col_product")
     op.def_tags("event", "csr", "gradient")
 
     def compiled(module_fn):
-        def generator(outs, shape):
-            return lambda a, b, indices, indptr: module_fn().csr_row_col_product(a, b, indices, indptr, outs=outs[0])
+        def generator(outs, shape, nconn):
+            return lambda a, b, indices, indptr: module_fn().csr_row_col_product(a, b, indices, indptr, outs=outs[0],
+                                                                                  nconn=nconn)
         return generator
 
     op.def_cpp_kernel(compiled(synapse_cpu_module))
     op.def_cuda_kernel(compiled(synapse_cuda_module))
     for platform in ("cpu", "gpu", "tpu"):
-        op.def_kernel("jnp", platform, lambda outs, shape: functools.partial(row_col_product_jnp, shape=shape))
+        op.def_kernel("jnp", platform,
+                      lambda outs, shape, nconn: functools.partial(row_col_product_jnp, shape=shape, nconn=nconn))
 
     # bilinear in a and b; the jnp tangents are what jax transposes for higher-order gradients
-    def wrt_a(t, a, b, indices, indptr, *, shape, **_):
-        return [row_col_product_jnp(t, b, indices, indptr, shape=shape)]
+    def wrt_a(t, a, b, indices, indptr, *, shape, nconn, **_):
+        return [row_col_product_jnp(t, b, indices, indptr, shape=shape, nconn=nconn)]
 
-    def wrt_b(t, a, b, indices, indptr, *, shape, **_):
-        return [row_col_product_jnp(a, t, indices, indptr, shape=shape)]
+    def wrt_b(t, a, b, indices, indptr, *, shape, nconn, **_):
+        return [row_col_product_jnp(a, t, indices, indptr, shape=shape, nconn=nconn)]
 
     op.def_jvp_rule2(wrt_a, wrt_b, None, None)
     return op
@@ -177,21 +181,17 @@ def _row_col_primitive() -> XLACustomKernel:
 def sparse_data_cotangent(ct, data_aval, indices, indptr, spikes, *, shape, transpose, binary, nconn,
                           backend=None):
     """Cotangent of the weights: the output cotangent at each synapse's output times its spike factor
-    (for CSR structures through ``csr_row_col_product``; ``backend="jnp"`` keeps it in jnp)."""
+    (through ``csr_row_col_product``, for CSR and fixed-count rows; ``backend="jnp"`` keeps it in jnp)."""
     acc = acc_dtype(data_aval.dtype)
     nse = indices.size
     if nse == 0 or shape[0] == 0 or shape[1] == 0:
         return jnp.zeros(data_aval.shape, data_aval.dtype)
     s2 = spike_factor(spikes.reshape(spikes.shape[0], -1), binary, acc)
     c2 = ct.reshape(ct.shape[0], -1).astype(acc)
-    if nconn < 0:
-        a, b = (s2, c2) if transpose else (c2, s2)
-        per = row_col_p(a, b, indices.reshape(-1), indptr.astype(indices.dtype), outs=[SDS((nse,), acc)],
-                        backend="jnp" if backend == "jnp" else None, shape=tuple(shape))[0]
-    else:
-        rows, cols, valid, _ = _coo(jnp.zeros((1,), data_aval.dtype), indices, indptr, shape, nconn)
-        src, dst = (rows, cols) if transpose else (cols, rows)
-        per = jnp.where(valid, jnp.sum(c2[dst] * s2[src], axis=1), 0)
+    a, b = (s2, c2) if transpose else (c2, s2)
+    ptr = jnp.zeros((1,), indices.dtype) if indptr is None else indptr.astype(indices.dtype)  # fixed count: unread
+    per = row_col_p(a, b, indices.reshape(-1), ptr, outs=[SDS((nse,), acc)],
+                    backend="jnp" if backend == "jnp" else None, shape=tuple(shape), nconn=int(nconn))[0]
     if data_aval.size == 1:
         return per.sum().reshape(data_aval.shape).astype(data_aval.dtype)
     return per.reshape(data_aval.shape).astype(data_aval.dtype)

@@ -45,11 +45,12 @@ void csr_dt2t_rows(const xk::Tensor y, const xk::Tensor w, const xk::Tensor indp
 }
 
 // a: (rows,) or (rows, batch); bb: (cols,) or (cols, batch); out: (nse,); all float32 or all float64.
-// @xk csr_row_col_product arg arg arg arg ret
+// nconn >= 0: fixed-count rows of nconn slots (indptr unread); else CSR rows.
+// @xk csr_row_col_product arg arg arg arg ret attr.nconn:int64
 void csr_row_col_product(const xk::Tensor a, const xk::Tensor bb, const xk::Tensor indices, const xk::Tensor indptr,
-                         xk::Tensor out) {
+                         xk::Tensor out, int64_t nconn) {
   using namespace xk_event;
-  const SynapseGeometry g = checked_row_col(a, bb, indices, indptr, out);
+  const SynapseGeometry g = checked_row_col(a, bb, indices, indptr, out, nconn);
   if (g.nse == 0) return;
   auto run = [&](auto at) {
     using A = typename decltype(at)::type;
@@ -59,9 +60,9 @@ void csr_row_col_product(const xk::Tensor a, const xk::Tensor bb, const xk::Tens
       const I *idx = indices.data_ptr<I>(), *ptr = indptr.data_ptr<I>();
       A* o = out.data_ptr<A>();
       xk::parallel_for(g.nse, 1 << 14, [&](int64_t lo, int64_t hi) {
-        int64_t r = find_row(ptr, g.nrows, g.nse, lo);
+        int64_t r = nconn > 0 ? lo / nconn : find_row(ptr, g.nrows, g.nse, lo);
         for (int64_t p = lo; p < hi; ++p) {
-          r = next_row(ptr, g.nrows, g.nse, r, p);
+          r = nconn > 0 ? p / nconn : next_row(ptr, g.nrows, g.nse, r, p);
           A v = A(0);
           if (r >= 0 && r < g.nrows) {
             const A* ar = av + r * g.batch;

@@ -64,16 +64,29 @@ __global__ void __launch_bounds__(kThreads) dt2t_rows_kernel(const W* __restrict
   }
 }
 
+// nconn >= 0: fixed-count rows, nconn slots each (no indptr is read).
 template <typename A, typename I>
 __global__ void __launch_bounds__(kThreads) row_col_kernel(const A* __restrict__ a, const A* __restrict__ bb,
                                                            const I* __restrict__ idx, const I* __restrict__ indptr,
                                                            A* __restrict__ out, int64_t nrows, int64_t ncols,
-                                                           int64_t nse, int64_t batch) {
+                                                           int64_t nse, int64_t batch, int64_t nconn) {
   const int64_t base = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * kSlotsPerWarp;
   const int lane = threadIdx.x & 31;
   if (base >= nse) return;
   int64_t rows[kSlotsPerLane];
-  lane_rows(indptr, nrows, nse, base, lane, rows);
+  if (nconn > 0) {
+#pragma unroll
+    for (int k = 0; k < kSlotsPerLane; ++k) rows[k] = (base + k * 32 + lane) / nconn;
+  } else {
+    lane_rows(indptr, nrows, nse, base, lane, rows);
+  }
+  // every slot's first row factor in flight at once, then the columns of the non-silent ones
+  A first[kSlotsPerLane];
+#pragma unroll
+  for (int k = 0; k < kSlotsPerLane; ++k) {
+    const bool ok = base + k * 32 + lane < nse && rows[k] >= 0 && rows[k] < nrows;
+    first[k] = ok ? a[rows[k] * batch] : A(0);
+  }
 #pragma unroll
   for (int k = 0; k < kSlotsPerLane; ++k) {
     const int64_t p = base + k * 32 + lane;
@@ -81,11 +94,13 @@ __global__ void __launch_bounds__(kThreads) row_col_kernel(const A* __restrict__
     A v = A(0);
     if (rows[k] >= 0 && rows[k] < nrows) {
       const A* ar = a + rows[k] * batch;
-      bool any = false;
-      for (int64_t b = 0; b < batch; ++b) any |= ar[b] != A(0);
+      bool any = first[k] != A(0);
+      for (int64_t b = 1; b < batch; ++b) any |= ar[b] != A(0);
       const int64_t j = any ? int64_t(idx[p]) : -1;  // a silent row: its columns are never read
-      if (uint64_t(j) < uint64_t(ncols))
-        for (int64_t b = 0; b < batch; ++b) v += ar[b] * bb[j * batch + b];
+      if (uint64_t(j) < uint64_t(ncols)) {
+        v = first[k] * bb[j * batch];
+        for (int64_t b = 1; b < batch; ++b) v += ar[b] * bb[j * batch + b];
+      }
     }
     out[p] = v;
   }
@@ -115,11 +130,12 @@ void csr_dt2t_rows(const xk::Tensor y, const xk::Tensor w, const xk::Tensor indp
 }
 
 // a: (rows,) or (rows, batch); bb: (cols,) or (cols, batch); out: (nse,); all float32 or all float64.
-// @xk csr_row_col_product arg arg arg arg ret stream
+// nconn >= 0: fixed-count rows of nconn slots (indptr unread); else CSR rows.
+// @xk csr_row_col_product arg arg arg arg ret attr.nconn:int64 stream
 void csr_row_col_product(const xk::Tensor a, const xk::Tensor bb, const xk::Tensor indices, const xk::Tensor indptr,
-                         xk::Tensor out, int64_t stream) {
+                         xk::Tensor out, int64_t nconn, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
-  const SynapseGeometry g = checked_row_col(a, bb, indices, indptr, out);
+  const SynapseGeometry g = checked_row_col(a, bb, indices, indptr, out, nconn);
   if (g.nse == 0) return;
   auto run = [&](auto at) {
     using A = typename decltype(at)::type;
@@ -128,7 +144,7 @@ void csr_row_col_product(const xk::Tensor a, const xk::Tensor bb, const xk::Tens
       row_col_kernel<<<blocks_for_slots(g.nse), kThreads, 0, st>>>(a.data_ptr<A>(), bb.data_ptr<A>(),
                                                                    indices.data_ptr<I>(), indptr.data_ptr<I>(),
                                                                    out.data_ptr<A>(), g.nrows, g.ncols, g.nse,
-                                                                   g.batch);
+                                                                   g.batch, nconn);
     });
   };
   if (a.dtype() == DType::Float64) run(Tag<double>{});

@@ -37,10 +37,13 @@ inline SynapseGeometry checked_dt2t_rows(const xk::Tensor& y, const xk::Tensor& 
 }
 
 // csr_row_col_product: a (rows, batch) and b (cols, batch) in one accumulation dtype (float32 or
-// float64); out (nse,) in that dtype.
+// float64); out (nse,) in that dtype; CSR rows from indptr, or fixed-count rows of nconn >= 0 slots
+// (then a gives the row count, and indptr is not read).
 inline SynapseGeometry checked_row_col(const xk::Tensor& a, const xk::Tensor& b, const xk::Tensor& indices,
-                                       const xk::Tensor& indptr, const xk::Tensor& out) {
-  const int64_t nrows = indptr.numel() - 1, nse = indices.numel();
+                                       const xk::Tensor& indptr, const xk::Tensor& out, int64_t nconn) {
+  const int64_t nse = indices.numel();
+  const int64_t nrows = nconn >= 0 ? (a.ndim() >= 1 ? a.shape(0) : 1) : indptr.numel() - 1;
+  XK_CHECK(nconn < 0 || nse == nrows * nconn) << "a fixed-count structure holds rows * nconn synapses";
   const int64_t batch = a.ndim() == 2 ? a.shape(1) : 1;
   XK_CHECK(nrows >= 0 && a.numel() == nrows * batch) << "a must hold one value per row (per batch column)";
   XK_CHECK(batch > 0 && b.numel() % batch == 0 && (b.ndim() == 2 ? b.shape(1) : 1) == batch)
