@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import XLACustomKernel, load_cpp_file, load_cuda_file
+from .. import XLACustomKernel
 from . import _kernels as K
 from . import _units
 from ._errors import EventDTypeError, EventShapeError, IndexConversionError
@@ -111,14 +111,8 @@ def slice_rows_jnp(data, indices, indptr, row_indices, *, shape):
     return jnp.where((source >= 0)[:, None], block[jnp.clip(source, 0, s - 1)], 0)
 
 
-@functools.lru_cache(maxsize=None)
-def _slice_cpu_module():
-    return load_cpp_file(K.KERNEL_DIR / "csr_slice_cpu.cc", name="xlakern_csr_slice_cpu")
-
-
-@functools.lru_cache(maxsize=None)
-def _slice_cuda_module():
-    return load_cuda_file(K.KERNEL_DIR / "csr_slice_cuda.cu", name="xlakern_csr_slice_cuda")
+_slice_cpu_module = K.kernel_module("csr_slice_cpu.cc")
+_slice_cuda_module = K.kernel_module("csr_slice_cuda.cu")
 
 
 def _slice_rows_primitive() -> XLACustomKernel:

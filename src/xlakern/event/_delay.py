@@ -24,19 +24,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import register_pytree_node_class
 
-from .. import XLACustomKernel, load_cpp_file, load_cuda_file
+from .. import XLACustomKernel
 from . import _units
 from ._errors import EventDTypeError, EventShapeError, EventUnitError
 from ._events import EventRepresentation
-from ._kernels import KERNEL_DIR, SDS, synapse_rows
+from ._kernels import kernel_module, SDS, synapse_rows
 from ._ops import _index, _shape2, _weights
 
 __all__ = ["csr_delay_deliver", "CSRDelayLayout", "csr_delay_deliver_layout", "csr_delay_deliver_p"]
 
-cpu_module = functools.lru_cache(maxsize=None)(lambda: load_cpp_file(KERNEL_DIR / "delay_cpu.cc",
-                                                                     name="xlakern_delay_cpu"))
-cuda_module = functools.lru_cache(maxsize=None)(lambda: load_cuda_file(KERNEL_DIR / "delay_cuda.cu",
-                                                                       name="xlakern_delay_cuda"))
+cpu_module = kernel_module("delay_cpu.cc")
+cuda_module = kernel_module("delay_cuda.cu")
 
 
 def reference_deliver(ring, events, data, indices, indptr, delays, t, *, weighted):

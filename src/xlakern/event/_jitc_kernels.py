@@ -23,9 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad
 
-from .. import XLACustomKernel, general_batching_rule, load_cpp_file, load_cuda_file
+from .. import XLACustomKernel, general_batching_rule
 from ._errors import EventShapeError
-from ._kernels import KERNEL_DIR, SDS, call_product, spike_factor
+from ._kernels import kernel_module, SDS, call_product, spike_factor
 
 KINDS = {"s": 0, "u": 1, "n": 2}
 QTABLE_SIZE = 65537
@@ -33,10 +33,8 @@ MAX_SKIP_TABLE = 1 << 25  # entries; sets the smallest supported prob (about 6.6
 
 
 # The compiled kernels: built once per machine, then served from xlakern's cache.
-cpu_module = functools.lru_cache(maxsize=None)(lambda: load_cpp_file(KERNEL_DIR / "jitc_cpu.cc",
-                                                                     name="xlakern_jitc_cpu"))
-cuda_module = functools.lru_cache(maxsize=None)(lambda: load_cuda_file(KERNEL_DIR / "jitc_cuda.cu",
-                                                                       name="xlakern_jitc_cuda"))
+cpu_module = kernel_module("jitc_cpu.cc")
+cuda_module = kernel_module("jitc_cuda.cu")
 
 
 # ----------------------------------------------------------------------------- tables

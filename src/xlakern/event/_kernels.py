@@ -27,39 +27,22 @@ KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 SDS = jax.ShapeDtypeStruct
 
 
-@functools.lru_cache(maxsize=None)
-def cpu_module():
-    """The compiled CPU kernels (built once per machine, then loaded from xlakern's cache)."""
-    return load_cpp_file(KERNEL_DIR / "event_cpu.cc", name="xlakern_event_cpu")
+def kernel_module(source: str):
+    """The loader of ``kernels/<source>`` (C++, or CUDA for a ``.cu``), module ``xlakern_<stem>``: it
+    compiles on its first call (once per machine), then loads from xlakern's cache, once a process."""
+    load = load_cuda_file if source.endswith(".cu") else load_cpp_file
+    return functools.lru_cache(maxsize=None)(lambda: load(KERNEL_DIR / source, name="xlakern_" + Path(source).stem))
 
 
-@functools.lru_cache(maxsize=None)
-def cuda_module():
-    """The compiled CUDA kernels for the GPU JAX uses."""
-    return load_cuda_file(KERNEL_DIR / "event_cuda.cu", name="xlakern_event_cuda")
-
-
-@functools.lru_cache(maxsize=None)
-def synapse_cpu_module():
-    """The per-synapse CSR kernels (dt2t at the row, the weight gradient's row x column product)."""
-    return load_cpp_file(KERNEL_DIR / "csr_synapse_cpu.cc", name="xlakern_csr_synapse_cpu")
-
-
-@functools.lru_cache(maxsize=None)
-def synapse_cuda_module():
-    return load_cuda_file(KERNEL_DIR / "csr_synapse_cuda.cu", name="xlakern_csr_synapse_cuda")
-
-
+cpu_module = kernel_module("event_cpu.cc")
+cuda_module = kernel_module("event_cuda.cu")
+# the per-synapse CSR kernels: dt2t at the row, the weight gradient's row x column product
+synapse_cpu_module = kernel_module("csr_synapse_cpu.cc")
+synapse_cuda_module = kernel_module("csr_synapse_cuda.cu")
 # The indexed products (weights read through a permutation) are separate modules, so that the
 # modules every product compiles do not carry their instantiations.
-@functools.lru_cache(maxsize=None)
-def indexed_cpu_module():
-    return load_cpp_file(KERNEL_DIR / "event_indexed_cpu.cc", name="xlakern_event_indexed_cpu")
-
-
-@functools.lru_cache(maxsize=None)
-def indexed_cuda_module():
-    return load_cuda_file(KERNEL_DIR / "event_indexed_cuda.cu", name="xlakern_event_indexed_cuda")
+indexed_cpu_module = kernel_module("event_indexed_cpu.cc")
+indexed_cuda_module = kernel_module("event_indexed_cuda.cu")
 
 
 def acc_dtype(weight_dtype) -> jnp.dtype:

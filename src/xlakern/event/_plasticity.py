@@ -19,16 +19,15 @@ Example::
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import jax.numpy as jnp
 import numpy as np
 
-from .. import XLACustomKernel, load_cpp_file, load_cuda_file
+from .. import XLACustomKernel
 from . import _units
 from ._errors import EventDTypeError, EventShapeError
-from ._kernels import KERNEL_DIR, SDS, synapse_rows
+from ._kernels import kernel_module, SDS, synapse_rows
 from ._ops import _index, _shape2
 
 __all__ = [
@@ -39,10 +38,8 @@ __all__ = [
 
 SPARSE, DENSE = 0, 1
 
-cpu_module = functools.lru_cache(maxsize=None)(lambda: load_cpp_file(KERNEL_DIR / "plasticity_cpu.cc",
-                                                                     name="xlakern_plasticity_cpu"))
-cuda_module = functools.lru_cache(maxsize=None)(lambda: load_cuda_file(KERNEL_DIR / "plasticity_cuda.cu",
-                                                                       name="xlakern_plasticity_cuda"))
+cpu_module = kernel_module("plasticity_cpu.cc")
+cuda_module = kernel_module("plasticity_cuda.cu")
 
 
 def _touched(weight, indices, indptr, perm, spikes, trace, *, ncols, nconn, mode, row_stride, col_stride, permuted):
