@@ -52,6 +52,16 @@ __global__ void __launch_bounds__(kThreads) dt2t_rows_kernel(const W* __restrict
   }
   int64_t rows[kSlotsPerLane];
   lane_rows(indptr, nrows, nse, base, lane, rows);
+  if (batch == 1) {  // all 8 row factors in flight together, then the stores
+    A v[kSlotsPerLane];
+#pragma unroll
+    for (int k = 0; k < kSlotsPerLane; ++k)
+      v[k] = rows[k] >= 0 && rows[k] < nrows && base + k * 32 + lane < nse ? wv[k] * A(widen(y[rows[k]])) : A(0);
+#pragma unroll
+    for (int k = 0; k < kSlotsPerLane; ++k)
+      if (base + k * 32 + lane < nse) out[base + k * 32 + lane] = v[k];
+    return;
+  }
   for (int64_t b = 0; b < batch; ++b) {
 #pragma unroll
     for (int k = 0; k < kSlotsPerLane; ++k) {
@@ -75,8 +85,25 @@ __global__ void __launch_bounds__(kThreads) row_col_kernel(const A* __restrict__
   if (base >= nse) return;
   int64_t rows[kSlotsPerLane];
   if (nconn > 0) {
+    // One division a lane, then steps: a 64-bit division a slot cost more than the loads (slots 32
+    // apart cross at most one row boundary when rows hold 32 or more).
+    const int64_t p0 = base + lane;
+    int64_t r = p0 / nconn, rem = p0 - r * nconn;
 #pragma unroll
-    for (int k = 0; k < kSlotsPerLane; ++k) rows[k] = (base + k * 32 + lane) / nconn;
+    for (int k = 0; k < kSlotsPerLane; ++k) {
+      rows[k] = r;
+      rem += 32;
+      if (nconn >= 32) {
+        if (rem >= nconn) {
+          rem -= nconn;
+          ++r;
+        }
+      } else {
+        const int64_t q = int64_t(uint32_t(rem) / uint32_t(nconn));
+        r += q;
+        rem -= q * nconn;
+      }
+    }
   } else {
     lane_rows(indptr, nrows, nse, base, lane, rows);
   }
@@ -86,6 +113,20 @@ __global__ void __launch_bounds__(kThreads) row_col_kernel(const A* __restrict__
   for (int k = 0; k < kSlotsPerLane; ++k) {
     const bool ok = base + k * 32 + lane < nse && rows[k] >= 0 && rows[k] < nrows;
     first[k] = ok ? a[rows[k] * batch] : A(0);
+  }
+  if (batch == 1) {
+    // one factor a row: each phase's loads of all 8 slots are in flight together (indices of the
+    // non-silent rows only, then their columns), and every slot is written
+    int64_t j[kSlotsPerLane];
+#pragma unroll
+    for (int k = 0; k < kSlotsPerLane; ++k) j[k] = first[k] != A(0) ? int64_t(idx[base + k * 32 + lane]) : -1;
+    A v[kSlotsPerLane];
+#pragma unroll
+    for (int k = 0; k < kSlotsPerLane; ++k) v[k] = uint64_t(j[k]) < uint64_t(ncols) ? first[k] * bb[j[k]] : A(0);
+#pragma unroll
+    for (int k = 0; k < kSlotsPerLane; ++k)
+      if (base + k * 32 + lane < nse) out[base + k * 32 + lane] = v[k];
+    return;
   }
 #pragma unroll
   for (int k = 0; k < kSlotsPerLane; ++k) {
