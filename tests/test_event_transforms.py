@@ -58,40 +58,56 @@ def test_grad_wrt_weights_matches_dense(rng, binary, transpose):
                                    rtol=1e-10)
 
 
+def _row_col_geometries(rng):
+    """(rows, cols, indptr or None, nconn, each slot's row or -1): small CSR rows with slots before the
+    first row and after the last; CSR rows long enough for several CPU chunks, with a run of empty rows
+    (chunks start inside rows, the walk searches again); fixed-count rows of 7 (chunk edges inside rows)."""
+    for m, n, maxlen, head, tail in ((41, 29, 12, 2, 3), (3000, 500, 40, 3, 5)):
+        lens = rng.integers(0, maxlen, m)
+        lens[rng.random(m) < 0.3] = 0
+        if m > 100:
+            lens[100:400] = 0
+        ptr = head + np.concatenate([[0], np.cumsum(lens)])
+        nse = int(ptr[-1]) + tail
+        rows = np.full(nse, -1)
+        rows[head:nse - tail] = np.repeat(np.arange(m), lens)
+        yield m, n, ptr, -1, rows
+    m, n, k = 9001, 300, 7
+    yield m, n, None, k, np.repeat(np.arange(m), k)
+
+
 def _check_row_col_kernel(rng):
     """The CSR weight gradient's kernel (csr_row_col_product) against NumPy and its jnp form: slots
     before the first row and after the last, columns out of range, rows whose factor is zero (skipped),
-    batch 1 and 5, int32 and int64, float32 and float64; and its own gradient (higher-order grads)."""
+    CSR and fixed-count rows over several CPU chunks, batch 1 and 5, int32 and int64, float32 and
+    float64; and its own gradient (higher-order grads)."""
     from xlakern.event import _kernels as K
 
-    m, n = 41, 29
-    lens = rng.integers(0, 12, m)
-    lens[rng.random(m) < 0.3] = 0
-    head, tail = 2, 3
-    ptr = head + np.concatenate([[0], np.cumsum(lens)])
-    nse = int(ptr[-1]) + tail
-    idx = rng.integers(-2, n + 2, nse)
-    rows = np.full(nse, -1)
-    rows[head:nse - tail] = np.repeat(np.arange(m), lens)
-    ok = (rows >= 0) & (idx >= 0) & (idx < n)
-    for dtype, itype, batch in ((np.float64, np.int64, 1), (np.float32, np.int32, 5), (np.float64, np.int32, 5)):
-        a = rng.standard_normal((m, batch)) * (rng.random((m, 1)) < 0.5)  # half the rows silent
-        b = rng.standard_normal((n, batch))
-        expect = np.where(ok, (a[np.clip(rows, 0, m - 1)] * b[np.clip(idx, 0, n - 1)]).sum(1), 0.0)
-        tol = 1e-12 if dtype == np.float64 else 1e-5
-        with x64():
-            args = (jnp.asarray(a, dtype), jnp.asarray(b, dtype), jnp.asarray(idx, itype), jnp.asarray(ptr, itype))
-            for backend in (None, "jnp"):
-                out = K.row_col_p(*args, outs=[jax.ShapeDtypeStruct((nse,), dtype)], backend=backend, shape=(m, n),
-                                  nconn=-1)[0]
-                np.testing.assert_allclose(np.asarray(out), expect, rtol=tol, atol=tol, err_msg=f"{dtype} {backend}")
-            if dtype == np.float64:
-                c = rng.standard_normal(nse)
-                ga = jax.grad(lambda x: jnp.sum(c * K.row_col_p(x, *args[1:], outs=[jax.ShapeDtypeStruct(
-                    (nse,), dtype)], shape=(m, n), nconn=-1)[0]))(args[0])
-                expect_a = np.zeros((m, batch))
-                np.add.at(expect_a, rows[ok], c[ok, None] * b[idx[ok]])
-                np.testing.assert_allclose(np.asarray(ga), expect_a, rtol=1e-12, atol=1e-12)
+    for m, n, ptr, nconn, rows in _row_col_geometries(rng):
+        nse = rows.size
+        idx = rng.integers(-2, n + 2, nse)
+        ok = (rows >= 0) & (idx >= 0) & (idx < n)
+        for dtype, itype, batch in ((np.float64, np.int64, 1), (np.float32, np.int32, 5), (np.float64, np.int32, 5),
+                                    (np.float32, np.int32, 1)):
+            a = rng.standard_normal((m, batch)) * (rng.random((m, 1)) < 0.5)  # half the rows silent
+            b = rng.standard_normal((n, batch))
+            expect = np.where(ok, (a[np.clip(rows, 0, m - 1)] * b[np.clip(idx, 0, n - 1)]).sum(1), 0.0)
+            tol = 1e-12 if dtype == np.float64 else 1e-5
+            with x64():
+                args = (jnp.asarray(a, dtype), jnp.asarray(b, dtype), jnp.asarray(idx, itype),
+                        jnp.asarray(np.zeros(1) if ptr is None else ptr, itype))
+                for backend in (None, "jnp"):
+                    out = K.row_col_p(*args, outs=[jax.ShapeDtypeStruct((nse,), dtype)], backend=backend,
+                                      shape=(m, n), nconn=nconn)[0]
+                    np.testing.assert_allclose(np.asarray(out), expect, rtol=tol, atol=tol,
+                                               err_msg=f"{m}x{n} nconn={nconn} {dtype} batch={batch} {backend}")
+                if dtype == np.float64 and m < 100:
+                    c = rng.standard_normal(nse)
+                    ga = jax.grad(lambda x: jnp.sum(c * K.row_col_p(x, *args[1:], outs=[jax.ShapeDtypeStruct(
+                        (nse,), dtype)], shape=(m, n), nconn=nconn)[0]))(args[0])
+                    expect_a = np.zeros((m, batch))
+                    np.add.at(expect_a, rows[ok], c[ok, None] * b[idx[ok]])
+                    np.testing.assert_allclose(np.asarray(ga), expect_a, rtol=1e-12, atol=1e-12)
 
 
 def test_weight_gradient_kernel(rng):

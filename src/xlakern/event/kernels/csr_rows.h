@@ -57,4 +57,28 @@ XK_HOST_DEVICE inline int64_t next_row(const I* indptr, int64_t nrows, int64_t n
   return find_row(indptr, nrows, nse, p);
 }
 
+// Host loops: calls f(r, p0, p1) for consecutive slot ranges that cover [lo, hi), every slot of a range
+// in row r (the row next_row gives it, whatever the indptr; fixed-count rows of nconn slots when
+// nconn > 0, indptr unread). A per-slot loop then needs neither a row search nor a division.
+template <typename I, typename F>
+inline void for_each_row_segment(const I* indptr, int64_t nrows, int64_t nse, int64_t nconn, int64_t lo,
+                                 int64_t hi, F&& f) {
+  if (nconn > 0) {
+    for (int64_t r = lo / nconn, p = lo; p < hi; ++r) {
+      const int64_t end = (r + 1) * nconn < hi ? (r + 1) * nconn : hi;
+      f(r, p, end);
+      p = end;
+    }
+    return;
+  }
+  int64_t r = find_row(indptr, nrows, nse, lo);
+  for (int64_t p = lo; p < hi;) {
+    int64_t end = r >= nrows ? hi : clamped_start(indptr, r + 1, nse);
+    end = end > hi ? hi : (end <= p ? p + 1 : end);  // end <= p only for a malformed indptr
+    f(r, p, end);
+    p = end;
+    if (p < hi) r = next_row(indptr, nrows, nse, r, p);
+  }
+}
+
 }  // namespace xk_event
