@@ -91,6 +91,33 @@ def test_weight_index_and_spike_dtypes_gpu(rng):
         _dtype_cases(rng, "cuda")
 
 
+def test_signed_zeros_are_silent_and_nans_fire(rng, on_cpu):
+    """The C++ scatters find active rows (the dense gather, active columns) a 64-bit word of spikes at a
+    time: -0.0 stays silent and a NaN fires as a binary spike, at every position of a word and in the
+    tail past the last whole word, for every spike width."""
+    with x64():
+        for family, sdt, transpose in itertools.product(["csr", "fcn", "dense"],
+                                                        [np.float64, np.float32, np.float16, np.int8, bool],
+                                                        [True, False]):
+            if family != "dense" and not transpose:
+                continue  # the sparse gathers test each synapse's spike; nothing scans
+            rows, cols = (45, 31) if transpose else (31, 45)
+            dense, arrays = make(rng, family, rows, cols, 0.3)
+            n = rows if transpose else cols
+            s = np.zeros(n, sdt)
+            on = rng.permutation(n)[:6]
+            s[on] = 1
+            if np.dtype(sdt).kind == "f":
+                s[rng.permutation(n)[:10]] = -0.0  # silent (may overwrite some ones)
+                s[on[:2]] = np.nan
+            for binary in (True, False) if np.dtype(sdt).kind == "f" and family != "dense" else (True,):
+                if not binary and np.isnan(s).any():
+                    s = np.where(np.isnan(s), 2.5, s).astype(sdt)
+                out = call(family, binary, False, dense, arrays, s, transpose, "cpp", dtype=jnp.float64)
+                np.testing.assert_allclose(np.asarray(out), reference(dense, s, binary, transpose), rtol=1e-12,
+                                           atol=1e-12, err_msg=f"{family} {np.dtype(sdt)} {transpose} {binary}")
+
+
 def test_half_weights_accumulate_in_float32(on_cpu):
     # 4096 contributions of 1.0 are exact in float32 but not in float16 (2048 + 1 rounds to 2048)
     n = 4096

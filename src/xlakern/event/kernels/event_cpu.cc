@@ -26,11 +26,7 @@ void dense_gather(const W* w, const S* spk, typename AccOf<W>::type* out, const 
                   SpikeRule<S, Binary> rule) {
   using A = typename AccOf<W>::type;
   std::vector<int64_t> cols;  // columns with an active spike in any batch element
-  for (int64_t c = 0; c < g.ncols; ++c) {
-    for (int64_t b = 0; b < g.batch; ++b) {
-      if (rule.active(spk[c * g.batch + b])) { cols.push_back(c); break; }
-    }
-  }
+  find_active_rows(spk, g.ncols, g.batch, rule, cols);
   xk::parallel_for(g.nrows, 64, [&](int64_t lo, int64_t hi) {
     std::vector<A> acc(g.batch);
     for (int64_t r = lo; r < hi; ++r) {
@@ -53,13 +49,17 @@ void dense_scatter(const W* w, const S* spk, typename AccOf<W>::type* out, const
   using A = typename AccOf<W>::type;
   std::memset(out, 0, sizeof(A) * g.ncols * g.batch);
   std::vector<int64_t> rows;
-  for (int64_t r = 0; r < g.nrows; ++r) {
-    for (int64_t b = 0; b < g.batch; ++b) {
-      if (rule.active(spk[r * g.batch + b])) { rows.push_back(r); break; }
-    }
-  }
+  find_active_rows(spk, g.nrows, g.batch, rule, rows);
   // Parallel over output columns: each thread owns a slice of out, so no races.
   xk::parallel_for(g.ncols, 1024, [&](int64_t lo, int64_t hi) {
+    if (g.batch == 1) {  // unit stride: the column loop vectorises
+      for (int64_t r : rows) {
+        const W* row = w + r * g.ncols;
+        const A v = rule.template value<A>(spk[r]);
+        for (int64_t c = lo; c < hi; ++c) out[c] += A(widen(row[c])) * v;
+      }
+      return;
+    }
     for (int64_t r : rows) {
       const W* row = w + r * g.ncols;
       const S* s = spk + r * g.batch;

@@ -52,6 +52,43 @@ inline A slot_weight(const W* data, const I* perm, int64_t nse, int64_t p) {
   }
 }
 
+// Raw bits that decide activity, repeated over the spikes of a 64-bit word: a word with none of them
+// set holds no active spike (a binary rule tests its mask; a float spike is active when it is not
+// +-0, i.e. when a bit outside its sign is set, the same test).
+template <typename S, bool Binary>
+inline uint64_t activity_bits(SpikeRule<S, Binary> rule) {
+  uint64_t one;
+  if constexpr (Binary) one = uint64_t(rule.mask);
+  else one = sizeof(S) == 8 ? ~(uint64_t(1) << 63) : ((uint64_t(1) << (8 * sizeof(S) - 1)) - 1);
+  uint64_t word = 0;
+  for (size_t i = 0; i < 8 / sizeof(S); ++i) word |= one << (8 * sizeof(S) * i);
+  return word;
+}
+
+// The rows with at least one active spike, ascending. One spike column is scanned a 64-bit word at a
+// time, so a silent stretch (most of a 1%-active vector) costs a test per 8 bytes, not a branch a spike.
+template <typename S, bool Binary>
+void find_active_rows(const S* spk, int64_t nrows, int64_t batch, SpikeRule<S, Binary> rule,
+                      std::vector<int64_t>& active) {
+  int64_t r = 0;
+  if (batch == 1 && sizeof(S) <= 8 && 8 % sizeof(S) == 0) {
+    constexpr int64_t per = 8 / sizeof(S);
+    const uint64_t bits = activity_bits(rule);
+    for (; r + per <= nrows; r += per) {
+      uint64_t word;
+      std::memcpy(&word, spk + r, 8);
+      if ((word & bits) == 0) continue;
+      for (int64_t i = 0; i < per; ++i)
+        if (rule.active(spk[r + i])) active.push_back(r + i);
+    }
+  }
+  for (; r < nrows; ++r) {
+    for (int64_t b = 0; b < batch; ++b) {
+      if (rule.active(spk[r * batch + b])) { active.push_back(r); break; }
+    }
+  }
+}
+
 struct Geometry {
   int64_t nrows, ncols, batch, nse;
   bool homo;
@@ -89,13 +126,23 @@ void sparse_scatter(const W* data, const I* perm, const I* idx, const I* indptr,
   const int64_t out_size = g.ncols * g.batch;
   std::memset(out, 0, sizeof(A) * out_size);
   std::vector<int64_t> active;  // rows with at least one active spike: the only rows touched
-  for (int64_t r = 0; r < g.nrows; ++r) {
-    for (int64_t b = 0; b < g.batch; ++b) {
-      if (rule.active(spk[r * g.batch + b])) { active.push_back(r); break; }
-    }
-  }
+  find_active_rows(spk, g.nrows, g.batch, rule, active);
   const A w0 = g.homo ? A(widen(data[0])) : A(0);
   auto scatter_rows = [&](int64_t lo, int64_t hi, A* dst) {
+    if (g.batch == 1) {  // one spike column: no batch loop, no stride
+      for (int64_t k = lo; k < hi; ++k) {
+        const int64_t r = active[k];
+        int64_t begin, end;
+        row_range(indptr, nconn, g.nse, r, begin, end);
+        const A v = rule.template value<A>(spk[r]);
+        for (int64_t p = begin; p < end; ++p) {
+          const int64_t j = int64_t(idx[p]);
+          if (uint64_t(j) < uint64_t(g.ncols))
+            dst[j] += (g.homo ? w0 : slot_weight<Permuted, A>(data, perm, g.nse, p)) * v;
+        }
+      }
+      return;
+    }
     for (int64_t k = lo; k < hi; ++k) {
       const int64_t r = active[k];
       int64_t begin, end;
