@@ -94,6 +94,36 @@ struct Geometry {
   bool homo;
 };
 
+// Runs scatter(lo, hi, dst) over items [0, n) that add into out (out_size values, already cleared).
+// Threads take shares of the items into private buffers (thread 0 into out), summed afterwards; worth
+// it only when the adds (`work`, in units of one synapse add) far outnumber the buffers and two trips
+// through the thread pool cost (below ~128k adds, a few hundred µs, serial was faster: 40k neurons, 1%
+// active, 80 synapses: 403 µs with two threads, ~280 µs serial on 2 cores).
+template <typename A, typename F>
+void scatter_in_parts(int64_t n, int64_t work, A* out, int64_t out_size, F&& scatter) {
+  int64_t parts = std::min<int64_t>(xk::num_threads(), n / 64);
+  if (parts > 1 && (work < (int64_t(1) << 17) || out_size * parts > 64 * work)) parts = 1;
+  if (parts <= 1) {
+    scatter(int64_t(0), n, out);
+    return;
+  }
+  std::vector<std::vector<A>> partial(parts - 1);
+  xk::parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      A* dst = out;
+      if (t > 0) {
+        partial[t - 1].assign(out_size, A(0));
+        dst = partial[t - 1].data();
+      }
+      scatter(n * t / parts, n * (t + 1) / parts, dst);
+    }
+  });
+  xk::parallel_for(out_size, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (const auto& part : partial)
+      for (int64_t i = lo; i < hi; ++i) out[i] += part[i];
+  });
+}
+
 template <bool Permuted, typename W, typename I, typename S, bool Binary>
 void sparse_gather(const W* data, const I* perm, const I* idx, const I* indptr, const S* spk,
                    typename AccOf<W>::type* out, const Geometry& g, int64_t nconn, SpikeRule<S, Binary> rule) {
@@ -159,33 +189,8 @@ void sparse_scatter(const W* data, const I* perm, const I* idx, const I* indptr,
       }
     }
   };
-  const int64_t n = int64_t(active.size());
-  // Threads scatter into private buffers (thread 0 into out), summed afterwards; worth it only
-  // when the active rows carry much more work than the buffers and two trips through the
-  // thread pool cost (below ~128k synapse adds, a few hundred µs, serial was faster: 40k
-  // neurons, 1% active, 80 synapses: 403 µs with two threads, ~280 µs serial on 2 cores).
-  const int64_t work = n * std::max<int64_t>(1, (nconn >= 0 ? nconn : g.nse / std::max<int64_t>(1, g.nrows)));
-  int64_t parts = std::min<int64_t>(xk::num_threads(), n / 64);
-  if (parts > 1 && (work < (int64_t(1) << 17) || out_size * parts > 64 * work)) parts = 1;
-  if (parts <= 1) {
-    scatter_rows(0, n, out);
-    return;
-  }
-  std::vector<std::vector<A>> partial(parts - 1);
-  xk::parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t) {
-      A* dst = out;
-      if (t > 0) {
-        partial[t - 1].assign(out_size, A(0));
-        dst = partial[t - 1].data();
-      }
-      scatter_rows(n * t / parts, n * (t + 1) / parts, dst);
-    }
-  });
-  xk::parallel_for(out_size, 1 << 14, [&](int64_t lo, int64_t hi) {
-    for (const auto& part : partial)
-      for (int64_t i = lo; i < hi; ++i) out[i] += part[i];
-  });
+  const int64_t work = int64_t(active.size()) * std::max<int64_t>(1, (nconn >= 0 ? nconn : g.nse / std::max<int64_t>(1, g.nrows)));
+  scatter_in_parts(int64_t(active.size()), work, out, out_size, scatter_rows);
 }
 
 }  // namespace xk_event

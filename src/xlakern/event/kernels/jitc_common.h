@@ -15,6 +15,14 @@
 #include <cmath>
 #include <cstring>
 
+// The per-draw helpers are forced inline on the host: in a unit with many instantiations g++ -O3
+// otherwise leaves them as calls, a third of a CPU draw's time. (nvcc inlines them anyway.)
+#if defined(__CUDACC__)
+#define XK_JITC_HOT XK_HOST_DEVICE inline
+#else
+#define XK_JITC_HOT inline __attribute__((always_inline))
+#endif
+
 namespace xk_jitc {
 
 enum Kind : int64_t { kScalar = 0, kUniform = 1, kNormal = 2 };
@@ -23,7 +31,7 @@ enum Kind : int64_t { kScalar = 0, kUniform = 1, kNormal = 2 };
 // _jitc_kernels.py). Counts along the table fit an int32, and so does a GPU warp's scan of 32 skips.
 constexpr int64_t kMaxSkipTable = int64_t(1) << 25;
 
-XK_HOST_DEVICE inline uint32_t mix32(uint32_t x) {
+XK_JITC_HOT uint32_t mix32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -32,42 +40,79 @@ XK_HOST_DEVICE inline uint32_t mix32(uint32_t x) {
   return x;
 }
 
-XK_HOST_DEVICE inline uint32_t row_key(uint32_t seed, uint32_t row) {
+XK_JITC_HOT uint32_t row_key(uint32_t seed, uint32_t row) {
   return mix32(mix32(seed ^ 0x9e3779b9u) ^ (row * 0x85ebca6bu));
 }
 
-XK_HOST_DEVICE inline uint32_t draw(uint32_t key, uint32_t k) {
+XK_JITC_HOT uint32_t draw(uint32_t key, uint32_t k) {
   return mix32(mix32(key ^ (k * 0x9e3779b9u + 0x632be5abu)));
 }
 
-// 1 + the number of table entries above h (table ascending, length n), found from a logarithm
-// estimate corrected by stepping along the table: the table alone decides the result (so it is
-// exact whatever the platform's log does), and the estimate makes it two loads, issued together,
-// instead of a binary search. inv_log_keep = 1 / ln(1 - p) (see for_each_synapse). `table` is a
-// pointer, or anything indexable like one (the GPU's view with a part in shared memory).
+// log2 of u = (h + 1/2) 2^-32, to ~1e-8, in straight-line float arithmetic (no call, no branch), so
+// that a loop over several draws vectorises on a CPU. It only feeds skip estimates (skip_from_estimate
+// makes them exact), so its last bits need not match any platform's log. (Host code: the GPU has a
+// one-instruction log2.)
+inline __attribute__((always_inline)) float log2_of_draw(uint32_t h) {
+  const float u = fmaf(float(h), 2.3283064365386963e-10f, 1.1641532182693481e-10f);  // in [2^-33, 1]
+  uint32_t bits;
+  std::memcpy(&bits, &u, 4);
+  // u = 2^e * m with m in [sqrt(1/2), sqrt(2)): log2 m = (2 / ln 2) atanh(s), s = (m - 1) / (m + 1), |s| < 0.172
+  const uint32_t shifted = bits + (0x3f800000u - 0x3f3504f3u);  // carries into the exponent when m >= sqrt(2)
+  const int32_t e = int32_t(shifted >> 23) - 127;
+  const uint32_t mbits = (shifted & 0x007fffffu) + 0x3f3504f3u;
+  float m;
+  std::memcpy(&m, &mbits, 4);
+  const float s = (m - 1.f) / (m + 1.f), s2 = s * s;
+  const float atanh = s * (1.f + s2 * (0.33333333f + s2 * (0.2f + s2 * (0.14285715f + s2 * 0.11111111f))));
+  return float(e) + 2.8853900817779268f * atanh;
+}
+
+// 1 + the number of table entries above h (table ascending, length n), found from an estimate of
+// that count corrected by stepping along the table: the table alone decides the result (so it is
+// exact whatever log made the estimate), and a good estimate makes it two loads, issued together,
+// instead of a binary search. `table` is a pointer, or anything indexable like one (the GPU's view
+// with a part in shared memory).
 template <typename Table>
-XK_HOST_DEVICE inline int64_t skip_of(uint32_t h, const Table& table, int64_t n, float inv_log_keep) {
+XK_JITC_HOT int64_t skip_from_estimate(uint32_t h, const Table& table, int64_t n, float est) {
   if (n == 0) return 1;
   // T_k = floor(2^32 (1-p)^k) = table[n - k], non-increasing in k; count = max k with T_k > h,
   // the one c with T_c > h (or c = 0) and T_{c+1} <= h (or c = n)
-  // (n <= 2^25, MAX_SKIP_TABLE, so the counts fit an int; the GPU's fast log is close enough for
-  // an estimate, which only decides where the exact comparisons start)
-#ifdef __CUDA_ARCH__
-  // the GPU's base-2 log with no care for subnormals (x >= 2^-33 here), one instruction
-  float log2_x;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(fmaf(float(h), 2.3283064365386963e-10f, 1.1641532182693481e-10f)));
-  const float est = log2_x * (0.69314718f * inv_log_keep);
-#else
-  const float est = logf((float(h) + 0.5f) * 2.3283064365386963e-10f) * inv_log_keep;
-#endif
+  // (n <= 2^25, MAX_SKIP_TABLE, so the counts fit an int)
   const int32_t m = int32_t(n);
+#ifdef __CUDA_ARCH__
   int32_t c = int32_t(fminf(fmaxf(est, 0.f), float(m)));  // est in [0, m] (m <= 2^25 is exact in a float)
   const bool next_low = c == m || table[m - c - 1] <= h;
   const bool this_high = c == 0 || table[m - c] > h;
+#else
+  // The same test without a branch on c: at a high prob c is 0, 1, 2, ... at random, and a CPU
+  // mispredicted those branches about once a draw. Both loads stay inside the table (m >= 1); the
+  // one that moved (c == m, c == 0) is not needed.
+  float e = est > 0.f ? est : 0.f;
+  e = e < float(m) ? e : float(m);
+  int32_t c = int32_t(e);
+  const uint32_t below = table[m - c - 1 + int32_t(c == m)], at = table[m - c - int32_t(c == 0)];
+  const bool next_low = (c == m) | (below <= h);
+  const bool this_high = (c == 0) | (at > h);
+#endif
   if (next_low && this_high) return 1 + c;  // the estimate was right (almost always)
   while (c < m && table[m - c - 1] > h) ++c;
   while (c > 0 && table[m - c] <= h) --c;
   return 1 + c;
+}
+
+// skip_from_estimate with the estimate log(u) / ln(1 - p); inv_log_keep = 1 / ln(1 - p) (see
+// for_each_synapse).
+template <typename Table>
+XK_HOST_DEVICE inline int64_t skip_of(uint32_t h, const Table& table, int64_t n, float inv_log_keep) {
+  if (n == 0) return 1;
+#ifdef __CUDA_ARCH__
+  // the GPU's base-2 log with no care for subnormals (x >= 2^-33 here), one instruction
+  float log2_x;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(fmaf(float(h), 2.3283064365386963e-10f, 1.1641532182693481e-10f)));
+#else
+  const float log2_x = log2_of_draw(h);
+#endif
+  return skip_from_estimate(h, table, n, log2_x * (0.69314718f * inv_log_keep));
 }
 
 // 1 / ln(1 - p), from the table's first threshold T_1 = floor(2^32 (1 - p)).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "event_common.h"
+#include "event_sparse_cpu.h"
 #include "jitc_common.h"
 
 namespace {
@@ -23,14 +24,61 @@ struct Gen {
   int64_t ntable, grows, gcols, kind;
 };
 
+// Generated row r's columns in order, f(col, k) for each, k its draw index (its weight's hash is
+// draw(key, 2k + 1)): the draws and skips of for_each_synapse (jitc_common.h), eight at a time. Eight
+// hashes and eight log estimates are straight-line arithmetic that the compiler vectorises; the table
+// then decides each skip exactly, so the columns are the GPU's and the jnp mirror's to the bit.
+template <typename F>
+inline __attribute__((always_inline)) void for_each_column(const Gen& g, int64_t r, F&& f) {
+  const uint32_t key = row_key(g.seed, uint32_t(r));
+  if (g.ntable == 0) {  // prob >= 1: every skip is 1, so column k is draw k
+    for (int64_t c = 0; c < g.gcols; ++c) f(c, uint32_t(c));
+    return;
+  }
+  const float scale = 0.69314718f * inv_log_keep_of(g.table, g.ntable);
+  int64_t col = -1;
+  for (uint32_t k0 = 0;; k0 += 8) {
+    uint32_t h[8];
+    float est[8];
+    for (int i = 0; i < 8; ++i) h[i] = draw(key, 2u * (k0 + uint32_t(i)));
+    for (int i = 0; i < 8; ++i) est[i] = log2_of_draw(h[i]) * scale;
+    for (int i = 0; i < 8; ++i) {
+      col += skip_from_estimate(h[i], g.table, g.ntable, est[i]);
+      if (col >= g.gcols) return;
+      f(col, k0 + uint32_t(i));
+    }
+  }
+}
+
+template <typename A>
+struct Weights {  // a synapse's weight, drawn only when a product needs it
+  A a, b;
+  int64_t kind;
+  const A* q;
+  A of(uint32_t key, uint32_t k) const { return weight_of(a, b, kind, draw(key, 2u * k + 1u), q); }
+};
+
 template <typename A, typename S, bool Binary>
-void gather(const Gen& g, A a, A b, const A* q, const S* spk, A* out, int64_t batch, SpikeRule<S, Binary> rule) {
+void gather(const Gen& g, Weights<A> wt, const S* spk, A* out, int64_t batch, SpikeRule<S, Binary> rule) {
   xk::parallel_for(g.grows, 16, [&](int64_t lo, int64_t hi) {
     std::vector<A> acc(batch);
     for (int64_t r = lo; r < hi; ++r) {
+      const uint32_t key = row_key(g.seed, uint32_t(r));
+      if (batch == 1) {
+        A sum = A(0);
+        for_each_column(g, r, [&](int64_t c, uint32_t k) {
+          if (rule.active(spk[c])) sum += wt.of(key, k) * rule.template value<A>(spk[c]);
+        });
+        out[r] = sum;
+        continue;
+      }
       std::fill(acc.begin(), acc.end(), A(0));
-      for_each_synapse(g.seed, r, g.gcols, g.table, g.ntable, g.kind, a, b, q, [&](int64_t c, A w) {
+      for_each_column(g, r, [&](int64_t c, uint32_t k) {
         const S* s = spk + c * batch;
+        bool any = false;
+        for (int64_t j = 0; j < batch; ++j) any |= rule.active(s[j]);
+        if (!any) return;
+        const A w = wt.of(key, k);
         for (int64_t j = 0; j < batch; ++j)
           if (rule.active(s[j])) acc[j] += w * rule.template value<A>(s[j]);
       });
@@ -40,21 +88,28 @@ void gather(const Gen& g, A a, A b, const A* q, const S* spk, A* out, int64_t ba
 }
 
 template <typename A, typename S, bool Binary>
-void scatter(const Gen& g, A a, A b, const A* q, const S* spk, A* out, int64_t batch, SpikeRule<S, Binary> rule) {
-  std::memset(out, 0, sizeof(A) * g.gcols * batch);
-  // Serial over the active rows: only they are generated, and the output slice they write is
-  // shared. (Rows are few at realistic firing rates.)
-  for (int64_t r = 0; r < g.grows; ++r) {
-    const S* s = spk + r * batch;
-    bool any = false;
-    for (int64_t j = 0; j < batch && !any; ++j) any = rule.active(s[j]);
-    if (!any) continue;
-    for_each_synapse(g.seed, r, g.gcols, g.table, g.ntable, g.kind, a, b, q, [&](int64_t c, A w) {
-      A* o = out + c * batch;
-      for (int64_t j = 0; j < batch; ++j)
-        if (rule.active(s[j])) o[j] += w * rule.template value<A>(s[j]);
-    });
-  }
+void scatter(const Gen& g, Weights<A> wt, const S* spk, A* out, int64_t batch, SpikeRule<S, Binary> rule) {
+  const int64_t out_size = g.gcols * batch;
+  std::memset(out, 0, sizeof(A) * out_size);
+  std::vector<int64_t> active;  // only the active rows are generated
+  find_active_rows(spk, g.grows, batch, rule, active);
+  auto scatter_rows = [&](int64_t lo, int64_t hi, A* dst) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t r = active[i];
+      const uint32_t key = row_key(g.seed, uint32_t(r));
+      const S* s = spk + r * batch;
+      for_each_column(g, r, [&](int64_t c, uint32_t k) {
+        const A w = wt.of(key, k);
+        A* o = dst + c * batch;
+        for (int64_t j = 0; j < batch; ++j)
+          if (rule.active(s[j])) o[j] += w * rule.template value<A>(s[j]);
+      });
+    }
+  };
+  // A generated synapse (hash, skip, weight) costs several stored ones' adds: weigh it as 8.
+  const double keep = g.ntable == 0 ? 0.0 : double(g.table[g.ntable - 1]) * 2.3283064365386963e-10;
+  const int64_t per_row = std::max<int64_t>(1, int64_t(double(g.gcols) * (1.0 - keep)));
+  scatter_in_parts(int64_t(active.size()), int64_t(active.size()) * per_row * 8, out, out_size, scatter_rows);
 }
 
 }  // namespace
@@ -75,8 +130,9 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
     const A* p = params.data_ptr<A>();
     dispatch_spikes(spikes, binary, acc, [&](auto st, auto rule) {
       using S = typename decltype(st)::type;
-      if (transpose) scatter(g, p[0], p[1], qtable.data_ptr<A>(), spikes.data_ptr<S>(), out.data_ptr<A>(), batch, rule);
-      else gather(g, p[0], p[1], qtable.data_ptr<A>(), spikes.data_ptr<S>(), out.data_ptr<A>(), batch, rule);
+      const Weights<A> wt{p[0], p[1], kind, qtable.data_ptr<A>()};
+      if (transpose) scatter(g, wt, spikes.data_ptr<S>(), out.data_ptr<A>(), batch, rule);
+      else gather(g, wt, spikes.data_ptr<S>(), out.data_ptr<A>(), batch, rule);
     });
   };
   if (acc == DType::Float64) run(Tag<double>{});
@@ -96,12 +152,13 @@ void jitc_dense(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor
     using A = typename decltype(tag)::type;
     const A* p = params.data_ptr<A>();
     A* o = out.data_ptr<A>();
-    const A* q = qtable.data_ptr<A>();
+    const Weights<A> wt{p[0], p[1], kind, qtable.data_ptr<A>()};
     xk::parallel_for(grows, 16, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         A* row = o + r * gcols;
+        const uint32_t key = row_key(g.seed, uint32_t(r));
         std::fill(row, row + gcols, A(0));
-        for_each_synapse(g.seed, r, gcols, g.table, g.ntable, kind, p[0], p[1], q, [&](int64_t c, A w) { row[c] = w; });
+        for_each_column(g, r, [&](int64_t c, uint32_t k) { row[c] = wt.of(key, k); });
       }
     });
   };
