@@ -98,10 +98,11 @@ struct Geometry {
 // Threads take shares of the items into private buffers (thread 0 into out), summed afterwards; worth
 // it only when the adds (`work`, in units of one synapse add) far outnumber the buffers and two trips
 // through the thread pool cost (below ~128k adds, a few hundred µs, serial was faster: 40k neurons, 1%
-// active, 80 synapses: 403 µs with two threads, ~280 µs serial on 2 cores).
+// active, 80 synapses: 403 µs with two threads, ~280 µs serial on 2 cores). A share is at least ~16k
+// adds, counted in work, not in items: forty generated rows of 1,000 synapses split well.
 template <typename A, typename F>
 void scatter_in_parts(int64_t n, int64_t work, A* out, int64_t out_size, F&& scatter) {
-  int64_t parts = std::min<int64_t>(xk::num_threads(), n / 64);
+  int64_t parts = std::min<int64_t>({xk::num_threads(), n, work >> 14});
   if (parts > 1 && (work < (int64_t(1) << 17) || out_size * parts > 64 * work)) parts = 1;
   if (parts <= 1) {
     scatter(int64_t(0), n, out);
