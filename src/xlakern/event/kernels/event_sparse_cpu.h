@@ -190,8 +190,9 @@ void sparse_scatter(const W* data, const I* perm, const I* idx, const I* indptr,
       }
     }
   };
-  const int64_t work = int64_t(active.size()) * std::max<int64_t>(1, (nconn >= 0 ? nconn : g.nse / std::max<int64_t>(1, g.nrows)));
-  scatter_in_parts(int64_t(active.size()), work, out, out_size, scatter_rows);
+  const int64_t n = int64_t(active.size());
+  const int64_t per_row = nconn >= 0 ? nconn : g.nse / std::max<int64_t>(1, g.nrows);
+  scatter_in_parts(n, n * std::max<int64_t>(1, per_row), out, out_size, scatter_rows);
 }
 
 }  // namespace xk_event

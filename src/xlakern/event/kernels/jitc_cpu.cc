@@ -18,30 +18,38 @@ namespace {
 using namespace xk_event;
 using namespace xk_jitc;
 
+// The generator of one call: its seed and skip table, the generated shape, and the log estimate's
+// scale ln 2 / ln(1 - p), found once a call rather than once a row.
 struct Gen {
   uint32_t seed;
   const uint32_t* table;
-  int64_t ntable, grows, gcols, kind;
+  int64_t ntable, grows, gcols;
+  float scale;
 };
 
-// Generated row r's columns in order, f(col, k) for each, k its draw index (its weight's hash is
-// draw(key, 2k + 1)): the draws and skips of for_each_synapse (jitc_common.h), eight at a time. Eight
-// hashes and eight log estimates are straight-line arithmetic that the compiler vectorises; the table
-// then decides each skip exactly, so the columns are the GPU's and the jnp mirror's to the bit.
+Gen generator_of(const xk::Tensor& seed, const xk::Tensor& table, int64_t grows, int64_t gcols) {
+  const uint32_t* t = table.data_ptr<uint32_t>();
+  const float scale = 0.69314718f * inv_log_keep_of(t, table.numel());
+  return {seed.data_ptr<uint32_t>()[0], t, table.numel(), grows, gcols, scale};
+}
+
+// The columns of the generated row whose key (row_key) is `key`, in order, f(col, k) for each, k its
+// draw index (its weight's hash is draw(key, 2k + 1)): the draws and skips of for_each_synapse
+// (jitc_common.h), eight at a time. Eight hashes and eight log estimates are straight-line
+// arithmetic that the compiler vectorises; the table then decides each skip exactly, so the columns
+// are the GPU's and the jnp mirror's to the bit.
 template <typename F>
-inline __attribute__((always_inline)) void for_each_column(const Gen& g, int64_t r, F&& f) {
-  const uint32_t key = row_key(g.seed, uint32_t(r));
+inline __attribute__((always_inline)) void for_each_column(const Gen& g, uint32_t key, F&& f) {
   if (g.ntable == 0) {  // prob >= 1: every skip is 1, so column k is draw k
     for (int64_t c = 0; c < g.gcols; ++c) f(c, uint32_t(c));
     return;
   }
-  const float scale = 0.69314718f * inv_log_keep_of(g.table, g.ntable);
   int64_t col = -1;
   for (uint32_t k0 = 0;; k0 += 8) {
     uint32_t h[8];
     float est[8];
     for (int i = 0; i < 8; ++i) h[i] = draw(key, 2u * (k0 + uint32_t(i)));
-    for (int i = 0; i < 8; ++i) est[i] = log2_of_draw(h[i]) * scale;
+    for (int i = 0; i < 8; ++i) est[i] = log2_of_draw(h[i]) * g.scale;
     for (int i = 0; i < 8; ++i) {
       col += skip_from_estimate(h[i], g.table, g.ntable, est[i]);
       if (col >= g.gcols) return;
@@ -66,14 +74,14 @@ void gather(const Gen& g, Weights<A> wt, const S* spk, A* out, int64_t batch, Sp
       const uint32_t key = row_key(g.seed, uint32_t(r));
       if (batch == 1) {
         A sum = A(0);
-        for_each_column(g, r, [&](int64_t c, uint32_t k) {
+        for_each_column(g, key, [&](int64_t c, uint32_t k) {
           if (rule.active(spk[c])) sum += wt.of(key, k) * rule.template value<A>(spk[c]);
         });
         out[r] = sum;
         continue;
       }
       std::fill(acc.begin(), acc.end(), A(0));
-      for_each_column(g, r, [&](int64_t c, uint32_t k) {
+      for_each_column(g, key, [&](int64_t c, uint32_t k) {
         const S* s = spk + c * batch;
         bool any = false;
         for (int64_t j = 0; j < batch; ++j) any |= rule.active(s[j]);
@@ -98,7 +106,7 @@ void scatter(const Gen& g, Weights<A> wt, const S* spk, A* out, int64_t batch, S
       const int64_t r = active[i];
       const uint32_t key = row_key(g.seed, uint32_t(r));
       const S* s = spk + r * batch;
-      for_each_column(g, r, [&](int64_t c, uint32_t k) {
+      for_each_column(g, key, [&](int64_t c, uint32_t k) {
         const A w = wt.of(key, k);
         A* o = dst + c * batch;
         for (int64_t j = 0; j < batch; ++j)
@@ -124,7 +132,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   XK_CHECK(spikes.numel() == (transpose ? grows : gcols) * batch) << "spike count does not match the matrix";
   XK_CHECK(out.numel() == (transpose ? gcols : grows) * batch) << "output size does not match the matrix";
   if (out.numel() == 0) return;
-  const Gen g{seed.data_ptr<uint32_t>()[0], table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
+  const Gen g = generator_of(seed, table, grows, gcols);
   auto run = [&](auto tag) {
     using A = typename decltype(tag)::type;
     const A* p = params.data_ptr<A>();
@@ -147,7 +155,7 @@ void jitc_dense(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor
   XK_CHECK(out.ndim() == 2) << "output must be a matrix";
   const int64_t grows = out.shape(0), gcols = out.shape(1);
   if (out.numel() == 0) return;
-  const Gen g{seed.data_ptr<uint32_t>()[0], table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
+  const Gen g = generator_of(seed, table, grows, gcols);
   auto run = [&](auto tag) {
     using A = typename decltype(tag)::type;
     const A* p = params.data_ptr<A>();
@@ -158,7 +166,7 @@ void jitc_dense(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor
         A* row = o + r * gcols;
         const uint32_t key = row_key(g.seed, uint32_t(r));
         std::fill(row, row + gcols, A(0));
-        for_each_column(g, r, [&](int64_t c, uint32_t k) { row[c] = wt.of(key, k); });
+        for_each_column(g, key, [&](int64_t c, uint32_t k) { row[c] = wt.of(key, k); });
       }
     });
   };
