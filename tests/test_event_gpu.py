@@ -50,16 +50,23 @@ def test_large_csr_and_fcn_both_orientations(rng, rate):
 
 
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_binary_gather_wider_than_shared_memory(rng, index_dtype):
+@pytest.mark.parametrize("rate", [0.3, 0.01])
+@pytest.mark.parametrize("summary", ["", "1"])
+def test_binary_gather_wider_than_shared_memory(rng, index_dtype, rate, summary, monkeypatch):
     """2,000,003 columns: the spikes as bits (250 KB) exceed a block's shared memory, so the binary mv
-    gather packs them into its scratch output and tests them there. CSR and fixed-count rows, against
-    numpy in float64; a jitted loop reuses the scratch, so each step's product is checked too."""
+    gather packs them into its scratch output and tests them there, behind their summary in shared
+    memory (or without it: XLAKERN_SPIKE_SUMMARY=1). CSR and fixed-count rows, against numpy in float64;
+    a jitted loop reuses the scratch, so each step's product is checked too. At 1% most bytes of bits
+    are empty, so a summary bit wrongly clear would drop synapses."""
+    if summary:
+        monkeypatch.setenv("XLAKERN_SPIKE_SUMMARY", summary)
     nrows, ncols, k = 3000, 2_000_003, 140  # rows of 140: two rounds a row
     idx = rng.integers(0, ncols, size=(nrows, k)).astype(index_dtype)
     idx[:, -1] = ncols - 1  # the last word's last column
     data = rng.standard_normal((nrows, k)).astype(np.float32)
     ptr = np.arange(0, nrows * k + 1, k).astype(index_dtype)
-    S = rng.random((3, ncols)) < 0.3
+    S = rng.random((3, ncols)) < rate
+    S[:, -1] = rng.random(3) < 0.5  # the last column, in the last (partial) packing warp
     expect = np.stack([(data.astype(np.float64) * s[idx]).sum(1) for s in S])
     with jax.enable_x64(index_dtype == np.int64):  # else jnp would narrow the int64 indices
         i1, p1 = jnp.asarray(idx.reshape(-1)), jnp.asarray(ptr)
@@ -151,10 +158,16 @@ JITC_GPU_CASES = [((1001, 999), 0.5), ((300, 5003), 0.3), ((1001, 999), 0.04), (
 # Every launch path of the JITC kernels, forced through their environment knobs (the default choice
 # first): the gather's lanes per row (and, with 32 lanes, its rounds drawn at once), the scatter's draws
 # per team round (one warp: 32 or 128; 4 or 8 warps together: 512 or 1024).
-KNOB_VARS = ("XLAKERN_JITC_GATHER_LANES", "XLAKERN_JITC_GATHER_ROUNDS", "XLAKERN_JITC_SCATTER_DRAWS")
+KNOB_VARS = ("XLAKERN_JITC_GATHER_LANES", "XLAKERN_JITC_GATHER_ROUNDS", "XLAKERN_JITC_SCATTER_DRAWS",
+             "XLAKERN_JITC_GATHER_SKIPS")
 GATHER_KNOBS = ({}, {"XLAKERN_JITC_GATHER_LANES": "1"}, {"XLAKERN_JITC_GATHER_LANES": "8"},
                 {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "1"},
-                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4"})
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4"},
+                # skips decided in double precision (ExactSkip), which the mv gather takes for long tables
+                {"XLAKERN_JITC_GATHER_LANES": "1", "XLAKERN_JITC_GATHER_SKIPS": "2"},
+                {"XLAKERN_JITC_GATHER_LANES": "8", "XLAKERN_JITC_GATHER_SKIPS": "2"},
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "1", "XLAKERN_JITC_GATHER_SKIPS": "2"},
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "2"})
 SCATTER_KNOBS = ({},) + tuple({"XLAKERN_JITC_SCATTER_DRAWS": d} for d in ("32", "128", "512", "1024"))
 
 
@@ -228,19 +241,62 @@ def test_jitc_gpu_mv_gather_too_long_for_int32_sums_takes_the_int64_walk(monkeyp
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} rounds={rounds}")
 
 
+WIDE_KNOBS = ({}, {"XLAKERN_SPIKE_SUMMARY": "1"}, {"XLAKERN_JITC_GATHER_SKIPS": "1"},
+              {"XLAKERN_JITC_GATHER_SKIPS": "2"}, {"XLAKERN_JITC_GATHER_SKIPS": "2", "XLAKERN_SPIKE_SUMMARY": "2"},
+              {"XLAKERN_JITC_GATHER_SKIPS": "1", "XLAKERN_SPIKE_SUMMARY": "1"})
+
+
 @pytest.mark.parametrize("letter", "sun")
-def test_jitc_gpu_wide_binary_gather_matches_the_cpu(letter):
-    """Binary spikes over more columns than shared memory holds as bits (1.2M): the mv gather reads
-    them from global memory. Its product equals the CPU's (float32 sums, so to rounding)."""
+@pytest.mark.parametrize("shape,prob,rate", [((300, 1_200_007), 2e-4, 0.05), ((200, 4_000_037), 2e-5, 0.01)])
+def test_jitc_gpu_wide_binary_gather_matches_the_cpu(letter, shape, prob, rate, monkeypatch):
+    """Binary spikes over more columns than shared memory holds as bits (1.2M, 4M): the mv gather reads
+    them from global memory, behind their summary in shared memory. At 1.2M columns (~240 synapses a
+    row) the table's short end serves most skips; at 4M (~80 a row, a 1.1M-entry table) it would miss
+    most of them, so the gather decides skips in double precision (ExactSkip). Every path, forced
+    through the knobs, equals the CPU's product (float32 sums, so to rounding)."""
     cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
     rng = np.random.default_rng()
-    seed, shape, prob = int(rng.integers(0, 2**31)), (300, 1_200_007), 2e-4  # ~240 synapses a row
+    seed = int(rng.integers(0, 2**31))
     ws = {"s": (-0.4,), "u": (-0.2, 0.7), "n": (0.1, 0.3)}[letter]
-    s = rng.random(shape[1]) < 0.05
+    s = rng.random(shape[1]) < rate
     name = "binary_jit" + letter + "mv"
     with jax.default_device(cpu):
         want = np.asarray(getattr(xlakern, name)(*ws, prob, s, seed, shape=shape), np.float64)
-    with jax.default_device(gpu):
-        got = np.asarray(getattr(xlakern, name)(*ws, prob, s, seed, shape=shape), np.float64)
     assert np.count_nonzero(want) > shape[0] // 2  # most rows meet an active spike
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for knobs in WIDE_KNOBS:
+        for var in KNOB_VARS + ("XLAKERN_SPIKE_SUMMARY",):
+            monkeypatch.delenv(var, raising=False)
+        for var, value in knobs.items():
+            monkeypatch.setenv(var, value)
+        with jax.default_device(gpu):
+            got = np.asarray(getattr(xlakern, name)(*ws, prob, s, seed, shape=shape), np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(knobs))
+
+
+@pytest.mark.parametrize("prob", [0.9, 0.3, 0.01, 2.5e-4, 2e-5, 1e-6])
+def test_jitc_gpu_exact_skips_equal_the_tables(prob):
+    """ExactSkip (the mv gather's skips from powers of 1 - p in double precision, kernels/jitc_cuda.cu)
+    against the table it replaces, where a wrong margin or an off-by-one in h + 1 would show: the
+    hashes at, just below and just above every threshold (a random 2M of them for the 22M-entry table
+    of prob = 1e-6), the ends of the range, and a million random ones. Its fallback for draws too close
+    to call (forced for every draw with fallback=True) must agree too."""
+    from xlakern.event import _jitc_kernels as JK
+
+    rng = np.random.default_rng()
+    table = JK.skip_table(prob)
+    n = table.size
+    t = table.astype(np.int64)
+    if n > 2_000_000:
+        t = rng.choice(t, 2_000_000, replace=False)
+    h = np.concatenate([t - 1, t, t + 1, [0, 1, 2**32 - 2, 2**32 - 1], rng.integers(0, 2**32, 1_000_000)])
+    h = np.clip(h, 0, 2**32 - 1).astype(np.uint32)
+    want = 1 + (n - np.searchsorted(table, h, side="right"))
+    gpu = jax.devices("gpu")[0]
+    with jax.default_device(gpu):
+        for use_table in (False, True):
+            got = JK.cuda_module().jitc_skips(jnp.asarray(table), jnp.asarray(h),
+                                              outs=jax.ShapeDtypeStruct(h.shape, jnp.int32),
+                                              log_keep=JK.log_keep(prob), fallback=use_table)
+            got = np.asarray(got)
+            bad = np.flatnonzero(got != want)
+            assert bad.size == 0, (use_table, h[bad[:5]], got[bad[:5]], want[bad[:5]])

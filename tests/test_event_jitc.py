@@ -335,7 +335,7 @@ def test_part2_kernel_sources_ship_in_the_package():
 
 
 def test_jitc_cuda_kernels_compile():
-    assert_cuda_compiles("jitc_cuda.cu", {"jitc_mv", "jitc_dense"})
+    assert_cuda_compiles("jitc_cuda.cu", {"jitc_mv", "jitc_dense", "jitc_skips"})
 
 
 # ----------------------------------------------------------------------------- GPU

@@ -131,7 +131,8 @@ def _product(name, letter, binary, mm, first, second, prob, vector, seed, shape,
         table, qtable = _tables(name, letter, prob, acc)
         op = JK.JITC_KINDS[letter].ops[(binary, mm)]
         out = SDS((n_out,) + tuple(v.shape[1:]), acc)
-        res = op(params, seed, table, qtable, v, outs=[out], backend=backend, transpose=ktrans, shape=gshape)[0]
+        res = op(params, seed, table, qtable, v, outs=[out], backend=backend, transpose=ktrans, shape=gshape,
+                 log_keep=JK.log_keep(prob))[0]
     return _units.attach(res.astype(out_dtype), unit_w, unit_v)
 
 

@@ -39,19 +39,26 @@ cuda_module = kernel_module("jitc_cuda.cu")
 
 # ----------------------------------------------------------------------------- tables
 
+def log_keep(prob: float) -> float:
+    """ln(1 - prob) as :func:`skip_table` computes it (0.0 for prob >= 1, which has no table): the CUDA
+    mv gather decides skips from it where the table is too long for shared memory."""
+    p = float(prob)
+    return math.log1p(-p) if p < 1.0 else 0.0
+
+
 @functools.lru_cache(maxsize=64)
 def skip_table(prob: float) -> np.ndarray:
     """Ascending uint32 thresholds floor(2^32 (1-p)^i), i >= 1, that are >= 1 (empty for p >= 1)."""
     p = float(prob)
     if p >= 1.0:
         return np.zeros((0,), np.uint32)
-    log_keep = math.log1p(-p)
-    n = int(math.ceil(32 * math.log(2) / -log_keep)) + 2
+    keep = log_keep(p)
+    n = int(math.ceil(32 * math.log(2) / -keep)) + 2
     if n > MAX_SKIP_TABLE:
         raise EventShapeError(f"prob={p!r} is too small for the JITC generator (its skip table would hold {n} "
                               f"entries); use prob >= {1 - math.exp(-32 * math.log(2) / MAX_SKIP_TABLE):.2g}")
     i = np.arange(1, n + 1, dtype=np.float64)
-    t = np.floor(np.exp(i * log_keep) * 2.0 ** 32)
+    t = np.floor(np.exp(i * keep) * 2.0 ** 32)
     t = np.minimum(t[t >= 1.0], 2.0 ** 32 - 1)
     return t[::-1].astype(np.uint32)
 
@@ -212,23 +219,26 @@ class _JitcKind:
     def _register_product(self, op, binary):
         kind = self.kind
 
-        def compiled(module_fn, scratch: bool):
-            def generator(outs, transpose, shape):
+        # The CUDA entry point also takes log_keep (ln(1 - prob), the float64 the table was built from),
+        # with which its mv gather decides skips without the table where that is long.
+        def compiled(module_fn, cuda: bool):
+            def generator(outs, transpose, shape, log_keep=0.0):
+                extra = {"log_keep": float(log_keep)} if cuda else {}
                 def run(params, seed, table, qtable, v):
                     return call_product(module_fn().jitc_mv, params, seed, table, qtable, v, out=outs[0],
-                                        scratch=scratch, spike_cols=shape[1], grows=shape[0], gcols=shape[1], kind=kind,
-                                        transpose=transpose, binary=binary)
+                                        scratch=cuda, spike_cols=shape[1], grows=shape[0], gcols=shape[1], kind=kind,
+                                        transpose=transpose, binary=binary, **extra)
                 return run
             return generator
 
-        def reference(outs, transpose, shape):
+        def reference(outs, transpose, shape, log_keep=0.0):
             def run(params, seed, table, qtable, v):
                 return reference_product(params, seed, table, qtable, v, kind=kind, shape=shape,
                                          transpose=transpose, binary=binary)
             return run
 
-        op.def_cpp_kernel(compiled(cpu_module, scratch=False))
-        op.def_cuda_kernel(compiled(cuda_module, scratch=True))
+        op.def_cpp_kernel(compiled(cpu_module, cuda=False))
+        op.def_cuda_kernel(compiled(cuda_module, cuda=True))
         for platform in ("cpu", "gpu", "tpu"):
             op.def_kernel("jnp", platform, reference)
         op.def_jvp_rule2(*self._jvp_rules(op))
@@ -268,7 +278,8 @@ class _JitcKind:
 
         return [wrt_params, None, None, None, wrt_vector]
 
-    def _transpose(self, binary, cts, params, seed, table, qtable, v, *, outs, backend, transpose, shape):
+    def _transpose(self, binary, cts, params, seed, table, qtable, v, *, outs, backend, transpose, shape,
+                   log_keep=0.0):
         ct = cts[0]
         res = [None] * 5
         if _undefined(params) and not _undefined(v):
@@ -278,7 +289,7 @@ class _JitcKind:
             parts = []
             for unit in (jnp.array([1, 0], p_aval.dtype), jnp.array([0, 1], p_aval.dtype)):
                 y = op(unit, seed, table, qtable, v, outs=list(outs), backend=backend, transpose=transpose,
-                       shape=shape)[0]
+                       shape=shape, log_keep=log_keep)[0]
                 parts.append(jnp.sum(y * ct))
             res[0] = jnp.stack(parts).astype(p_aval.dtype)
         if _undefined(v) and not _undefined(params):
@@ -286,13 +297,13 @@ class _JitcKind:
             float_op = self.ops[(False, v_aval.ndim == 2)]
             back = float_op(params, seed, table, qtable, ct.astype(params.dtype),
                             outs=[SDS(v_aval.shape, params.dtype)], backend=backend, transpose=not transpose,
-                            shape=shape)[0]
+                            shape=shape, log_keep=log_keep)[0]
             res[4] = back.astype(v_aval.dtype)
         return res
 
     # vmap over the vector alone becomes one mm launch; anything else loops.
-    def _batch(self, binary, args, axes, *, outs, backend, transpose, shape):
-        kw = {"transpose": transpose, "backend": backend, "shape": shape}
+    def _batch(self, binary, args, axes, *, outs, backend, transpose, shape, log_keep=0.0):
+        kw = {"transpose": transpose, "backend": backend, "shape": shape, "log_keep": log_keep}
         out = outs[0]
         v, v_axis = args[-1], axes[-1]
         if v_axis is not None and all(a is None for a in axes[:-1]):

@@ -50,11 +50,15 @@ def acc_dtype(weight_dtype) -> jnp.dtype:
 
 
 def bits_scratch(spikes, ncols: int, transpose: bool, binary: bool) -> jax.ShapeDtypeStruct:
-    """The CUDA gathers' second output: room for binary spikes as bits (a word per 32 columns) when
-    they are one column (mv), else one word. XLA allocates it per call as a temporary; the kernel packs
-    the spikes there when the bitmask does not fit a block's shared memory (from ~1.8M columns)."""
-    words = (ncols + 31) // 32 if binary and not transpose and spikes.ndim == 1 else 1
-    return SDS((max(words, 1),), jnp.uint32)
+    """The CUDA gathers' second output: room for binary spikes as bits (a word per 32 columns) and
+    their summary (a bit per 8 columns: ``spike_summary_words`` in event_common.h) when they are one
+    column (mv), else one word. XLA allocates it per call as a temporary; the kernel packs the spikes
+    there when the bitmask does not fit a block's shared memory (from ~1.8M columns)."""
+    if not (binary and not transpose and spikes.ndim == 1):
+        return SDS((1,), jnp.uint32)
+    words = (ncols + 31) // 32
+    summary = (words + 31) // 32 * 4
+    return SDS((max(words + summary, 1),), jnp.uint32)
 
 
 def call_product(entry, *arrays, out, scratch: bool, spike_cols: int, transpose: bool, binary: bool, **attrs):

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
 
 namespace xk_event {
 
@@ -89,25 +91,74 @@ __device__ __forceinline__ uint32_t spike_word(const S* spk, int64_t c0, int64_t
 // Binary spikes as words of bits in global memory (a thread per word), for the gathers whose bitmask
 // does not fit a block's shared memory: a random test then reads a bit of an array 8x smaller than a
 // one-byte spike vector (4M columns: 500 KB, half of it in an SM's L1), not a 32-byte L2 sector a test.
+//
+// Beside the bits, pack_bits can write their summary: one bit per byte of bits (8 columns) saying
+// whether any of them is active. It is 32x smaller (4M columns: 62.5 KB), so a gather keeps it in
+// shared memory and reads the bits in global memory only for synapses whose byte is active (at 1%
+// activity 8% of them). Laid out as the packing warps' ballots fall: packing warp j (bits words
+// [32 j, 32 j + 32)) writes summary words 4 j + k, bit l = byte k of word 32 j + l.
+inline int64_t spike_summary_words(int64_t ncols) { return ((ncols + 31) / 32 + 31) / 32 * 4; }
+
+__device__ __forceinline__ bool summary_has(const uint32_t* summary, int64_t c) {
+  return (summary[((c >> 10) << 2) | ((c >> 3) & 3)] >> ((c >> 5) & 31)) & 1u;
+}
+
 template <typename S>
 __global__ void pack_bits_kernel(const S* __restrict__ spk, int64_t ncols, SpikeRule<S, true> rule,
-                                 uint32_t* __restrict__ bits) {
-  const int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (w < (ncols + 31) / 32) bits[w] = spike_word(spk, w * 32, ncols, rule);
-}
-
-template <typename S>
-void pack_bits(const S* spk, int64_t ncols, SpikeRule<S, true> rule, uint32_t* bits, cudaStream_t st) {
+                                 uint32_t* __restrict__ bits, uint32_t* __restrict__ summary) {
   const int64_t words = (ncols + 31) / 32;
-  if (words > 0) pack_bits_kernel<<<unsigned((words + 255) / 256), 256, 0, st>>>(spk, ncols, rule, bits);
+  const int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint32_t word = w < words ? spike_word(spk, w * 32, ncols, rule) : 0u;
+  if (w < words) bits[w] = word;
+  if (summary == nullptr) return;  // (the whole grid)
+  // every lane takes part in the ballots; the warps wholly past the words write nothing
+  const int lane = int(threadIdx.x) & 31;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t any = __ballot_sync(0xffffffffu, ((word >> (8 * k)) & 0xffu) != 0u);
+    if (lane == 0 && w < words) summary[(w >> 5) * 4 + k] = any;
+  }
 }
 
-// The scratch words a gather may pack its spikes into (the entry points' second output): usable when
-// it is uint32 and holds one word per 32 columns, else nullptr (the caller then reads the spikes).
-inline uint32_t* bits_scratch(xk::Tensor& scratch, int64_t ncols) {
-  const bool fits = scratch.dtype() == DType::UInt32 && scratch.numel() >= (ncols + 31) / 32;
-  return fits ? scratch.data_ptr<uint32_t>() : nullptr;
+// Packs the spikes into `bits`, and their summary into `summary` unless it is nullptr.
+template <typename S>
+void pack_bits(const S* spk, int64_t ncols, SpikeRule<S, true> rule, uint32_t* bits, uint32_t* summary,
+               cudaStream_t st) {
+  const int64_t words = (ncols + 31) / 32;
+  if (words > 0) pack_bits_kernel<<<unsigned((words + 255) / 256), 256, 0, st>>>(spk, ncols, rule, bits, summary);
 }
+
+// The scratch a gather may pack its spikes into (the entry points' second output; no contents
+// expected): `bits` when it is uint32 and holds one word per 32 columns, `summary` when it holds the
+// summary's words after those; nullptr where it does not (the caller then reads the spikes, or goes
+// without the summary).
+struct SpikeScratch {
+  uint32_t* bits = nullptr;
+  uint32_t* summary = nullptr;
+};
+inline SpikeScratch spike_scratch(xk::Tensor& scratch, int64_t ncols) {
+  SpikeScratch out;
+  const int64_t words = (ncols + 31) / 32;
+  if (scratch.dtype() != DType::UInt32 || scratch.numel() < words) return out;
+  out.bits = scratch.data_ptr<uint32_t>();
+  if (scratch.numel() >= words + spike_summary_words(ncols)) out.summary = out.bits + words;
+  return out;
+}
+
+// An integer the environment forces (one of `allowed`), else 0. The launchers' knobs exist to time
+// their choices against each other and to test every path.
+inline int forced_choice(const char* name, std::initializer_list<int> allowed) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return 0;
+  const int v = std::atoi(value);
+  for (int a : allowed)
+    if (v == a) return v;
+  return 0;
+}
+
+// Whether a gather with its spike bits in global memory keeps their summary in shared memory
+// (XLAKERN_SPIKE_SUMMARY = 1 forces it off, 2 on; on by default).
+inline bool use_spike_summary() { return forced_choice("XLAKERN_SPIKE_SUMMARY", {1, 2}) != 1; }
 #endif
 
 inline DType acc_dtype(DType w) { return w == DType::Float64 ? DType::Float64 : DType::Float32; }

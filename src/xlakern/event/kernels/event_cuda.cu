@@ -4,7 +4,7 @@
 //   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced,
 //                   test the spike, read the weight only for active spikes, warp-reduce. Binary
 //                   spikes of an mv are tested as bits instead: in shared memory where they fit,
-//                   else in the call's scratch output (packed there first).
+//                   else in the call's scratch output (packed there first) behind their summary.
 //   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
 //                   lanes read the spikes coalesced, a ballot names the active rows, then the
 //                   whole warp walks each active row's synapses, 128 loads in flight a round, and
@@ -34,7 +34,8 @@ using namespace xk_event;
 
 // Binary gather with the spikes as bits. When they fit in shared memory, every block packs the spikes
 // into a bitmask once (a thread per 32 columns); otherwise (Global) pack_bits has put them in a global
-// scratch array first, read through L1. Each warp walks its share of the rows, two at a time, testing
+// scratch array first, read through L1, with their summary (event_common.h) copied into shared memory
+// where the caller has one: a bit is read only for a synapse whose byte of bits is active. Each warp walks its share of the rows, two at a time, testing
 // each synapse's column in the bitmask (the loop below says how). The random spike reads of the plain
 // gather (a 32-byte L2 sector for each synapse's one-byte spike) become shared-memory or L1 reads.
 constexpr int kBitsThreads = 1024;
@@ -51,18 +52,24 @@ template <typename W, typename I, typename S, bool Global>
 __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
     const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
     typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
-    SpikeRule<S, true> rule, const uint32_t* __restrict__ global_bits) {
+    SpikeRule<S, true> rule, const uint32_t* __restrict__ global_bits, const uint32_t* __restrict__ global_summary,
+    int32_t summary_words) {
   using A = typename AccOf<W>::type;
   constexpr int U = sizeof(I) == 8 ? 2 : 4;  // index loads a lane issues per row and round
   extern __shared__ uint32_t shared_bits[];
   if constexpr (!Global) {
     const int64_t words = (ncols + 31) / 32;
     for (int64_t w = threadIdx.x; w < words; w += blockDim.x) shared_bits[w] = spike_word(spk, w * 32, ncols, rule);
-    __syncthreads();
+  } else {
+    for (int32_t w = threadIdx.x; w < summary_words; w += blockDim.x) shared_bits[w] = global_summary[w];
   }
+  __syncthreads();
   auto on_bit = [&](int64_t c) -> bool {
-    const uint32_t word = Global ? __ldg(global_bits + (c >> 5)) : shared_bits[c >> 5];
-    return (word >> (c & 31)) & 1u;
+    if constexpr (Global) {
+      if (summary_words > 0 && !summary_has(shared_bits, c)) return false;
+      return (__ldg(global_bits + (c >> 5)) >> (c & 31)) & 1u;
+    }
+    return (shared_bits[c >> 5] >> (c & 31)) & 1u;
   };
   const int lane = threadIdx.x & 31;
   const A w0 = homo ? A(widen(data[0])) : A(0);
@@ -144,7 +151,7 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
 template <typename W, typename I, typename S>
 bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
                            int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
-                           SpikeRule<S, true> rule, uint32_t* scratch, cudaStream_t st) {
+                           SpikeRule<S, true> rule, SpikeScratch scratch, cudaStream_t st) {
   const GpuLimits gpu = gpu_limits();
   const int sms = gpu.sms, optin = gpu.smem_optin;
   const int64_t smem = (ncols + 31) / 32 * 4;
@@ -156,21 +163,28 @@ bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* s
     // one block an SM: each block packs the whole bitmask, so more blocks would re-read the spikes
     const int blocks = int(want < sms ? (want > 0 ? want : 1) : sms);
     shared<<<blocks, kBitsThreads, size_t(smem), st>>>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule,
-                                                       nullptr);
+                                                       nullptr, nullptr, 0);
     return true;
   }
   (void)cudaGetLastError();  // a refused opt-in: clear it
-  if (scratch == nullptr) return false;
-  pack_bits(spk, ncols, rule, scratch, st);
-  // The global variant re-reads nothing per block, so it fills every SM; its bit reads want L1 (no
-  // shared memory asked for: a hint, ignored where refused).
+  if (scratch.bits == nullptr) return false;
+  // The summary, where it fits beside two blocks an SM (4M columns: 62.5 KB a block).
+  const int64_t summary_bytes = spike_summary_words(ncols) * 4;
+  uint32_t* summary = use_spike_summary() && 2 * (summary_bytes + 1024) <= optin ? scratch.summary : nullptr;
+  pack_bits(spk, ncols, rule, scratch.bits, summary, st);
+  // The global variant re-reads nothing per block, so it fills every SM; its bit reads want L1 (no more
+  // shared memory asked for than the summary: a hint, ignored where refused).
   auto* global = bitmask_gather_kernel<W, I, uint8_t, true>;
-  if (cudaFuncSetAttribute(global, cudaFuncAttributePreferredSharedMemoryCarveout, 0) != cudaSuccess)
+  const size_t dyn = summary != nullptr ? size_t(summary_bytes) : 0;
+  if (dyn > 48 * 1024 && cudaFuncSetAttribute(global, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)) != cudaSuccess)
+    return false;  // (cannot happen where the opt-in limit allows it; the plain gather is always right)
+  if (cudaFuncSetAttribute(global, cudaFuncAttributePreferredSharedMemoryCarveout, dyn == 0 ? 0 : -1) != cudaSuccess)
     (void)cudaGetLastError();
-  const int per_sm = resident_blocks_per_sm(global, kBitsThreads, 0);
+  const int per_sm = resident_blocks_per_sm(global, kBitsThreads, dyn);
   const int blocks = int(std::min<int64_t>(std::max<int64_t>(want, 1), int64_t(sms) * per_sm));
-  global<<<blocks, kBitsThreads, 0, st>>>(data, idx, ptr, nullptr, out, nrows, ncols, nse, nconn, homo,
-                                          SpikeRule<uint8_t, true>{uint8_t(0xffu)}, scratch);
+  global<<<blocks, kBitsThreads, dyn, st>>>(data, idx, ptr, nullptr, out, nrows, ncols, nse, nconn, homo,
+                                            SpikeRule<uint8_t, true>{uint8_t(0xffu)}, scratch.bits, summary,
+                                            int32_t(dyn / 4));
   return true;
 }
 
@@ -244,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
 template <typename W, typename I, typename S, bool Binary>
 bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
                        int64_t nrows, int64_t ncols, int64_t batch, int64_t nse, int64_t nconn, bool homo,
-                       SpikeRule<S, Binary> rule, uint32_t* scratch, cudaStream_t st) {
+                       SpikeRule<S, Binary> rule, SpikeScratch scratch, cudaStream_t st) {
   if constexpr (Binary) {
     if (batch == 1)
       return launch_bitmask_gather(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule, scratch, st);
@@ -255,8 +269,8 @@ bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, 
 
 }  // namespace
 
-// `scratch` (uint32, one word per 32 columns, no contents expected) is where a binary mv gather too
-// wide for shared memory packs its spikes; any smaller array leaves it to read the spikes instead.
+// `scratch` (uint32, no contents expected: spike_scratch says what it holds) is where a binary mv gather
+// too wide for shared memory packs its spikes; any smaller array leaves it to read the spikes instead.
 // @xk event_sparse arg arg arg arg ret ret attr.nrows:int64 attr.ncols:int64 attr.nconn:int64 attr.transpose:bool attr.binary:bool stream
 void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Tensor indptr, const xk::Tensor spikes,
                   xk::Tensor out, xk::Tensor scratch, int64_t nrows, int64_t ncols, int64_t nconn, bool transpose,
@@ -282,7 +296,7 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
                                                               ncols, batch, nse, nconn, homo, rule, rows_per_warp);
     else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
                                 out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
-                                bits_scratch(scratch, ncols), st))
+                                spike_scratch(scratch, ncols), st))
       sparse_gather_kernel<false><<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), no_perm, indices.data_ptr<I>(),
                                                              ptr, spikes.data_ptr<S>(), out.data_ptr<A>(), nrows,
                                                              ncols, batch, nse, nconn, homo, rule);

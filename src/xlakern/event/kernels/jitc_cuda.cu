@@ -9,14 +9,17 @@
 //            w * f(v[col]) over its synapses in registers, then the group adds its lanes' sums.
 //            (G = 1 adds in the CPU's order.) One spike column (mv) takes gather_mv_kernel:
 //            resident blocks with the table's short end and binary spikes as bits in shared memory
-//            (in the call's scratch output where too wide), 4 rounds drawn at once on long rows, and
-//            a weight drawn only for an active spike.
+//            (in the call's scratch output where too wide, behind their summary in shared memory),
+//            4 rounds drawn at once on long rows, and a weight drawn only for an active spike. Where
+//            the table's short end would miss many draws (tables of ~100k entries and more), skips
+//            are decided in double precision instead (ExactSkip: the same skips, table-free).
 //   scatter  a block per few generated rows lists those with an active spike in the chunk; teams
 //            of 1, 4 or 8 warps walk them (walk_row_team: a team round is about one expected row),
 //            each lane atomicAdd-ing its synapse into the output (zeroed first here). Rows with no
 //            active spike cost one read.
 //   Environment knobs force each launch choice (XLAKERN_JITC_GATHER_LANES, _GATHER_ROUNDS,
-//   _SCATTER_DRAWS), to time the paths against each other and to test every one.
+//   _GATHER_SKIPS, _SCATTER_DRAWS, and XLAKERN_SPIKE_SUMMARY), to time the paths against each other
+//   and to test every one.
 //   dense    one thread per generated row writes its row of G (the row is zeroed first).
 
 #include <cuda_runtime.h>
@@ -100,6 +103,9 @@ __device__ inline ExtTable<AllShared> cache_ext_table(const Gen& g, uint32_t* sh
   return ExtTable<AllShared>{g.table, shared, lo, m};
 }
 
+template <bool AllShared>
+__device__ inline int32_t table_skip(const ExtTable<AllShared>& ext, uint32_t h, int32_t guess);
+
 // skip_of (jitc_common.h) through an ExtTable, in three steps: the same estimate (guess), the same two
 // comparisons (right; made unconditional by the sentinels), and the same correction where the estimate
 // was off (correct; rare).
@@ -117,12 +123,75 @@ struct ExtSkip {
     ext.pair(ext.m - skip + 1, below, above);
     return (below <= h) & (h < above);
   }
-  __device__ __forceinline__ int32_t correct(uint32_t h, int32_t skip) const {
+  __device__ __forceinline__ int32_t correct(uint32_t h, int32_t skip) const { return table_skip(ext, h, skip); }
+};
+
+// The table's skip for hash h, stepped to from a guess (a few steps when the guess is close).
+template <bool AllShared>
+__device__ inline int32_t table_skip(const ExtTable<AllShared>& ext, uint32_t h, int32_t guess) {
+  const int32_t m = ext.m;
+  int32_t c = guess - 1;
+  while (c < m && ext(m - c) > h) ++c;
+  while (c > 0 && ext(m - c + 1) <= h) --c;
+  return 1 + c;
+}
+
+// skip_of without the table, for tables so long that only their short end fits shared memory (4M
+// columns at K = 80: 1.1M entries, 58% of the look-ups in L2). The table holds T_i = floor(y_i) as
+// skip_table computed them in float64, y_i = 2^32 e^{iL}, L = ln(1 - p); T_i > h exactly when
+// y_i >= h + 1. So count c is right when y_c >= h + 1 > y_{c+1} (y_0 = 2^32 always passes, and past the
+// table's end nothing does). Here y_c = P2[c >> 20] P1[(c >> 10) % 1024] P0[c % 1024], products of exp()
+// in double kept in shared memory (fill_powers): it is within 1e-14 of the exact value, as numpy's y_i
+// are within 3e-15, so each comparison that holds with a relative margin of kExactMargin holds for the
+// table too. The float estimate gives c (off by one for a few percent of draws, which a step of the
+// powers fixes); draws within the margin (about 2e-12 / p of them: none in practice) take the table.
+// A draw costs three shared loads and a few double-precision products, and no L2 access.
+// guess returns the skip, negated where the table must decide (right says which).
+constexpr int kPowLow = 1024, kPowHigh = 34;  // c < 2^25 (kMaxSkipTable): (c + 1) >> 20 <= 32
+constexpr int kPowDoubles = 2 * kPowLow + kPowHigh;
+constexpr double kExactMargin = 1e-12;
+
+// Each block's powers in shared memory: e^{dL}, e^{b 2^10 L}, 2^32 e^{a 2^20 L}.
+__device__ inline const double* fill_powers(double* pw, double log_keep) {
+  for (int i = threadIdx.x; i < kPowDoubles; i += blockDim.x) {
+    const int part = i < kPowLow ? 0 : (i < 2 * kPowLow ? 1 : 2);
+    const int64_t step = int64_t(i - part * kPowLow) << (10 * part);
+    pw[i] = (part == 2 ? 4294967296.0 : 1.0) * exp(double(step) * log_keep);
+  }
+  return pw;
+}
+
+struct ExactSkip {
+  ExtTable<false> ext;  // for the draws too close to call
+  const double* pw;     // fill_powers'
+  double keep;          // e^L = 1 - p
+  float scale;          // ln 2 / L: the float estimate's factor on the base-2 log
+  __device__ __forceinline__ double y(int32_t c) const {
+    return pw[2 * kPowLow + (c >> 20)] * pw[kPowLow + ((c >> 10) & (kPowLow - 1))] * pw[c & (kPowLow - 1)];
+  }
+  __device__ __forceinline__ int32_t guess(uint32_t h) const {
+    float log2_x;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(fmaf(float(h), 2.3283064365386963e-10f, 1.1641532182693481e-10f)));
     const int32_t m = ext.m;
-    int32_t c = skip - 1;
-    while (c < m && ext(m - c) > h) ++c;
-    while (c > 0 && ext(m - c + 1) <= h) --c;
-    return 1 + c;
+    int32_t c = int32_t(fminf(fmaxf(log2_x * scale, 0.f), float(m)));
+    const double n1 = double(h) + 1.0, lo = n1 * (1.0 - kExactMargin), hi = n1 * (1.0 + kExactMargin);
+    double yc = y(c), yn = yc * keep;
+    while (c > 0 && yc < lo) {
+      --c;
+      yn = yc;
+      yc = y(c);
+    }
+    while (c < m && yn >= hi) {
+      ++c;
+      yc = yn;
+      yn = y(c + 1);
+    }
+    const bool sure = (c == 0 || yc >= hi) && (c == m || yn < lo);
+    return sure ? 1 + c : -(1 + c);
+  }
+  __device__ __forceinline__ bool right(uint32_t, int32_t skip) const { return skip > 0; }
+  __device__ __forceinline__ int32_t correct(uint32_t h, int32_t skip) const {
+    return skip > 0 ? skip : table_skip(ext, h, -skip);
   }
 };
 
@@ -322,25 +391,17 @@ __global__ void gather_kernel(Gen g, const A* params, const A* q, const S* spk, 
   }
 }
 
-// The gather of one spike column (mv). Blocks stay resident and stride over the rows, so what they
-// put in shared memory once serves many rows: the skip table (whole, or its short end) and, for binary
-// spikes that fit, the spikes as a bitmask (a warp's 32 tests at scattered columns then cost a few bank
-// conflicts instead of a global load each). `bits` words of bitmask follow `cached` entries of the
-// extended table. Columns are int32 (the launcher checks they fit), and every draw's cost is counted:
-// this walk is the whole kernel, and at K = 1,000 it is bound by instructions issued.
-constexpr int kMvThreads = 512;
+constexpr int kMvThreads = 512;  // the mv gather's block
 
-template <int G, int U, bool AllShared, typename A, typename S, bool Binary>
-__global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
-                                                               A* out, SpikeRule<S, Binary> rule, int32_t cached,
-                                                               int64_t bits, const uint32_t* __restrict__ global_bits) {
-  extern __shared__ uint32_t smem[];
-  const ExtSkip<AllShared> skip{cache_ext_table<AllShared>(g, smem, cached),
-                                0.69314718f * inv_log_keep_of(g.table, g.ntable)};
-  uint32_t* mask = smem + cached;
-  if constexpr (Binary)
-    for (int64_t w = threadIdx.x; w < bits; w += blockDim.x) mask[w] = spike_word(spk, w * 32, g.gcols, rule);
-  __syncthreads();
+// How the mv gather finds a skip: the table wholly in shared memory, its short end there (the rest in
+// global memory), or ExactSkip (the table only for draws too close to call).
+enum MvSkips : int { kTableShared = 0, kTablePart = 1, kExact = 2 };
+
+// gather_mv_kernel's rows, once shared memory is filled: each group of G lanes walks its rows with `skip`.
+template <int G, int U, typename Skip, typename A, typename S, bool Binary>
+__device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* params, const A* q, const S* spk, A* out,
+                                      SpikeRule<S, Binary> rule, const uint32_t* mask, int64_t bits,
+                                      const uint32_t* __restrict__ global_bits, int32_t summary_words) {
   const Lanes<G> lanes = Lanes<G>::of_thread();
   const Weights<A> wt(params, g.kind, q);
   const uint32_t seed = *g.seed;
@@ -357,7 +418,8 @@ __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* p
       });
     } else if (Binary && global_bits != nullptr) {
       walk_row<G, U>(lanes, key, gcols, skip, [&](int32_t c, uint32_t k) {
-        if ((__ldg(global_bits + (c >> 5)) >> (c & 31)) & 1u) acc += wt.of(key, k);
+        if ((summary_words == 0 || summary_has(mask, c)) && ((__ldg(global_bits + (c >> 5)) >> (c & 31)) & 1u))
+          acc += wt.of(key, k);
       });
     } else {
       walk_row<G, U>(lanes, key, gcols, skip, [&](int32_t c, uint32_t k) {
@@ -369,6 +431,38 @@ __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* p
     for (int d = G / 2; d > 0; d >>= 1) acc += __shfl_down_sync(lanes.mask, acc, unsigned(d), G);
     if (lanes.sub == 0) out[r] = acc;
   }
+}
+
+// The gather of one spike column (mv). Blocks stay resident and stride over the rows, so what they
+// put in shared memory once serves many rows: the skip table (whole, or its short end) and, for binary
+// spikes that fit, the spikes as a bitmask (a warp's 32 tests at scattered columns then cost a few bank
+// conflicts instead of a global load each). Wider spikes are tested as bits in global memory, behind
+// their summary in shared memory (event_common.h) where it fits. Shared memory holds `cached` entries
+// of the extended table, then `bits` words of bitmask or `summary_words` of summary. Columns are int32
+// (the launcher checks they fit), and every draw's cost is counted: this walk is the whole kernel, and
+// at K = 1,000 it is bound by instructions issued.
+template <int G, int U, int Skips, typename A, typename S, bool Binary>
+__global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
+                                                               A* out, SpikeRule<S, Binary> rule, int32_t cached,
+                                                               int64_t bits, const uint32_t* __restrict__ global_bits,
+                                                               const uint32_t* __restrict__ global_summary,
+                                                               int32_t summary_words, double log_keep) {
+  extern __shared__ __align__(16) uint32_t smem[];
+  constexpr int pow_words = Skips == kExact ? 2 * kPowDoubles : 0;  // ExactSkip's powers come first
+  const auto ext = cache_ext_table<Skips == kTableShared>(g, smem + pow_words, cached);
+  uint32_t* mask = smem + pow_words + cached;  // the bitmask, or the summary of the bits in global memory
+  const double* pw = Skips == kExact ? fill_powers(reinterpret_cast<double*>(smem), log_keep) : nullptr;
+  if constexpr (Binary) {
+    for (int64_t w = threadIdx.x; w < bits; w += blockDim.x) mask[w] = spike_word(spk, w * 32, g.gcols, rule);
+    for (int32_t w = threadIdx.x; w < summary_words; w += blockDim.x) mask[w] = global_summary[w];
+  }
+  __syncthreads();
+  if constexpr (Skips == kExact)
+    gather_mv_rows<G, U>(g, ExactSkip{ext, pw, exp(log_keep), float(0.6931471805599453 / log_keep)}, params, q, spk,
+                         out, rule, mask, bits, global_bits, summary_words);
+  else
+    gather_mv_rows<G, U>(g, ExtSkip<Skips == kTableShared>{ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)},
+                         params, q, spk, out, rule, mask, bits, global_bits, summary_words);
 }
 
 // The scatter: a block of kScatterWarps warps per `rows` generated rows (and chunk of batch columns).
@@ -455,17 +549,6 @@ double expected_row(int64_t ntable, int64_t gcols) {
   return double(gcols) * p;
 }
 
-// An integer the environment forces (one of `allowed`), else 0: the knobs below exist to time the
-// launch choices against each other and to test every path.
-int forced(const char* name, std::initializer_list<int> allowed) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return 0;
-  const int v = std::atoi(value);
-  for (int a : allowed)
-    if (v == a) return v;
-  return 0;
-}
-
 // Lanes per row of the gather. A group of G lanes wastes about G/2 draws on the round that passes the
 // row's end (and adds its lanes' sums at the end), so G is the widest that keeps that waste under a
 // quarter of the expected row: 1 lane (the CPU's walk) below 16 synapses, 8 below 64, else 32. Fewer
@@ -473,7 +556,7 @@ int forced(const char* name, std::initializer_list<int> allowed) {
 // groups: the rounds they save cost nothing. XLAKERN_JITC_GATHER_LANES = 1, 8 or 32 forces G.
 constexpr int64_t kBusyThreads = int64_t(1) << 17;
 int gather_lanes(int64_t ntable, int64_t grows, int64_t gcols) {
-  if (const int lanes = forced("XLAKERN_JITC_GATHER_LANES", {1, 8, 32})) return lanes;
+  if (const int lanes = forced_choice("XLAKERN_JITC_GATHER_LANES", {1, 8, 32})) return lanes;
   const double per_row = expected_row(ntable, gcols);
   int lanes = per_row < 16.0 ? 1 : (per_row < 64.0 ? 8 : 32);
   while (lanes < 32 && grows * lanes < kBusyThreads) lanes = lanes == 1 ? 8 : 32;
@@ -484,7 +567,7 @@ int gather_lanes(int64_t ntable, int64_t grows, int64_t gcols) {
 // up to 127 draws past a row's end cost little (expected row >= 256), else 1.
 // XLAKERN_JITC_GATHER_ROUNDS = 1 or 4 forces it.
 int gather_rounds(int64_t ntable, int64_t gcols) {
-  if (const int rounds = forced("XLAKERN_JITC_GATHER_ROUNDS", {1, 4})) return rounds;
+  if (const int rounds = forced_choice("XLAKERN_JITC_GATHER_ROUNDS", {1, 4})) return rounds;
   return expected_row(ntable, gcols) >= 256.0 ? 4 : 1;
 }
 
@@ -493,7 +576,7 @@ int gather_rounds(int64_t ntable, int64_t gcols) {
 // synapses, 128 (one warp, 4 rounds) below 192, 512 (4 warps) below 768, else 1024 (8 warps).
 // XLAKERN_JITC_SCATTER_DRAWS = 32, 128, 512 or 1024 forces it.
 int scatter_draws(int64_t ntable, int64_t gcols) {
-  if (const int draws = forced("XLAKERN_JITC_SCATTER_DRAWS", {32, 128, 512, 1024})) return draws;
+  if (const int draws = forced_choice("XLAKERN_JITC_SCATTER_DRAWS", {32, 128, 512, 1024})) return draws;
   const double per_row = expected_row(ntable, gcols);
   return per_row < 48.0 ? 32 : (per_row < 192.0 ? 128 : (per_row < 768.0 ? 512 : 1024));
 }
@@ -528,32 +611,51 @@ bool mv_fits_int32(const Gen& g, int U, int G) {
   return g.gcols + int64_t(U) * G * (g.ntable + 1) < limit && g.grows + (int64_t(1) << 24) < limit;
 }
 
-// Launches gather_mv_kernel<G, U>: `cached` entries of the extended table (all of it when it fits:
-// AllShared) and, for binary spikes that fit beside them, the bitmask in shared memory; as many
-// resident blocks as fit the GPU (no more than the rows need). Beyond ~880k columns binary spikes are
-// packed as bits into `scratch` (when the caller has one) and tested there through L1, and the table's
-// copy still serves the short skips (a 4M-column table is 1.1M entries long: the copy takes about 40%
-// of the look-ups).
-template <int G, int U, bool AllShared, typename A, typename S, bool Binary>
+// What launch_gather_mv decided to put in a block's shared memory, and how the walk finds skips.
+struct MvPlan {
+  int skips = kTableShared;          // MvSkips
+  int32_t cached = 0;                // entries of the extended table
+  int64_t bits = 0;                  // words of bitmask (binary spikes that fit)
+  int32_t summary_words = 0;         // words of summary of the bits in global memory
+  const uint32_t* global_bits = nullptr;
+  const uint32_t* global_summary = nullptr;
+};
+
+// Launches gather_mv_kernel<G, U> as planned, with as many resident blocks as fit the GPU (no more than
+// the rows need), packing the spikes first where the plan reads them as bits in global memory. ExactSkip
+// leaves shared memory nearly empty, and there the summary is dropped where it would cost resident
+// blocks (XLAKERN_SPIKE_SUMMARY = 2 keeps it): at 4M columns (K = 80) a gather with exact skips was
+// 12% faster without it (H100, 2.72 against 3.04 ms; a first, log-based ExactSkip).
+template <int G, int U, int Skips, typename A, typename S, bool Binary>
 void launch_gather_mv_as(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
-                         int32_t cached, int64_t bits, int64_t budget, uint32_t* scratch, cudaStream_t st) {
-  auto* kernel = gather_mv_kernel<G, U, AllShared, A, S, Binary>;
+                         MvPlan plan, int64_t budget, double log_keep, cudaStream_t st) {
+  auto* kernel = gather_mv_kernel<G, U, Skips, A, S, Binary>;
   if (budget > 48 * 1024 &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(budget)) != cudaSuccess) {
     (void)cudaGetLastError();  // mv_shared_budget asked already; a refusal shows as the launch error
   }
-  const size_t smem = size_t(cached + bits) * 4;
-  const int per_sm = resident_blocks_per_sm(kernel, kMvThreads, smem);
-  const int64_t want = (g.grows * G + kMvThreads - 1) / kMvThreads;
-  const int blocks = int(std::min<int64_t>(want, int64_t(gpu_limits().sms) * per_sm));
-  const uint32_t* global_bits = nullptr;
-  if constexpr (Binary) {
-    if (bits == 0 && scratch != nullptr) {
-      pack_bits(v, g.gcols, rule, scratch, st);
-      global_bits = scratch;
+  const int64_t pow_words = Skips == kExact ? 2 * kPowDoubles : 0;
+  size_t smem = size_t(pow_words + plan.cached + plan.bits + plan.summary_words) * 4;
+  int per_sm = resident_blocks_per_sm(kernel, kMvThreads, smem);
+  if (Skips == kExact && plan.summary_words > 0 && forced_choice("XLAKERN_SPIKE_SUMMARY", {2}) == 0) {
+    const size_t bare = size_t(pow_words + plan.cached + plan.bits) * 4;
+    const int bare_per_sm = resident_blocks_per_sm(kernel, kMvThreads, bare);
+    if (bare_per_sm > per_sm) {
+      plan.summary_words = 0;
+      plan.global_summary = nullptr;
+      smem = bare;
+      per_sm = bare_per_sm;
     }
   }
-  kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, cached, bits, global_bits);
+  const int64_t want = (g.grows * G + kMvThreads - 1) / kMvThreads;
+  const int blocks = int(std::min<int64_t>(want, int64_t(gpu_limits().sms) * per_sm));
+  if constexpr (Binary) {
+    if (plan.global_bits != nullptr)
+      pack_bits(v, g.gcols, rule, const_cast<uint32_t*>(plan.global_bits), const_cast<uint32_t*>(plan.global_summary),
+                st);
+  }
+  kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, plan.cached, plan.bits, plan.global_bits,
+                                           plan.global_summary, plan.summary_words, log_keep);
 }
 
 // Shared memory the mv gather may ask for: kMvSharedBudget where the GPU lets a kernel opt in to it, else
@@ -562,7 +664,7 @@ int64_t mv_shared_budget() {
   static const int64_t budget = [] {
     const int64_t want = std::min<int64_t>(gpu_limits().smem_optin, kMvSharedBudget);
     if (want <= 48 * 1024) return int64_t(48 * 1024);
-    auto* kernel = gather_mv_kernel<32, 1, true, float, uint8_t, true>;
+    auto* kernel = gather_mv_kernel<32, 1, kTableShared, float, uint8_t, true>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(want)) != cudaSuccess) {
       (void)cudaGetLastError();
       return int64_t(48 * 1024);
@@ -572,26 +674,69 @@ int64_t mv_shared_budget() {
   return budget;
 }
 
+// Entries of the table ExactSkip keeps in shared memory (its sentinels; the table is rarely read).
+constexpr int32_t kExactCached = 64;
+// The share of draws whose skip the table's cached short end misses, above which the walk takes
+// ExactSkip. A draw of ExactSkip costs more instructions than one in shared memory, so it pays only
+// where many rounds wait on L2 (H100, graph loops: at 400k columns, K = 80, 5% missed, the table was
+// 4-8% faster; at 4M, 58-79% missed, ExactSkip 2.6x).
+constexpr double kExactMiss = 0.25;
+
+// What the mv gather keeps in shared memory: binary spikes as a bitmask where it fits beside
+// kMvMinTable entries of the table, else as bits in `scratch` with their summary in shared memory
+// where that fits; the rest holds the table's short end. Where that short end would miss more than
+// kExactMiss of the draws, the walk takes ExactSkip (it needs log_keep = ln(1 - p) < 0; 0 means not
+// known). XLAKERN_JITC_GATHER_SKIPS = 1 forces the table, 2 ExactSkip.
+template <bool Binary>
+MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double log_keep) {
+  MvPlan plan;
+  const int64_t ext = g.ntable + 2, min_table = std::min<int64_t>(ext, kMvMinTable);
+  if (Binary) {
+    plan.bits = (g.gcols + 31) / 32;
+    if ((plan.bits + min_table) * 4 > budget) {
+      plan.bits = 0;
+      plan.global_bits = scratch.bits;
+      const int64_t summary = spike_summary_words(g.gcols);
+      if (scratch.bits != nullptr && scratch.summary != nullptr && use_spike_summary() &&
+          (summary + min_table) * 4 <= budget) {
+        plan.summary_words = int32_t(summary);
+        plan.global_summary = scratch.summary;
+      }
+    }
+  }
+  plan.cached = int32_t(std::min<int64_t>(ext, budget / 4 - plan.bits - plan.summary_words));
+  plan.skips = plan.cached == ext ? kTableShared : kTablePart;
+  const int choice = forced_choice("XLAKERN_JITC_GATHER_SKIPS", {1, 2});
+  const bool misses = plan.cached < ext && std::exp(log_keep * double(plan.cached - 1)) > kExactMiss;
+  if (log_keep < 0.0 && (choice == 2 || (choice == 0 && misses))) {
+    plan.skips = kExact;
+    plan.cached = int32_t(std::min<int64_t>(ext, kExactCached));
+  }
+  return plan;
+}
+
 template <int G, int U, typename A, typename S, bool Binary>
 void launch_gather_mv(const Gen& g, const A* p, const A* q, const S* v, A* o, SpikeRule<S, Binary> rule,
-                      uint32_t* scratch, cudaStream_t st) {
+                      SpikeScratch scratch, double log_keep, cudaStream_t st) {
   const int64_t budget = mv_shared_budget();
-  const int64_t ext = g.ntable + 2;
-  int64_t bits = Binary ? (g.gcols + 31) / 32 : 0;
-  if ((bits + std::min<int64_t>(ext, kMvMinTable)) * 4 > budget) bits = 0;
-  const int32_t cached = int32_t(std::min<int64_t>(ext, budget / 4 - bits));
-  if (cached == ext) launch_gather_mv_as<G, U, true>(g, p, q, v, o, rule, cached, bits, budget, scratch, st);
-  else launch_gather_mv_as<G, U, false>(g, p, q, v, o, rule, cached, bits, budget, scratch, st);
+  const MvPlan plan = plan_gather_mv<Binary>(g, budget, scratch, log_keep);
+  switch (plan.skips) {
+    case kTableShared: launch_gather_mv_as<G, U, kTableShared>(g, p, q, v, o, rule, plan, budget, log_keep, st); break;
+    case kTablePart: launch_gather_mv_as<G, U, kTablePart>(g, p, q, v, o, rule, plan, budget, log_keep, st); break;
+    default: launch_gather_mv_as<G, U, kExact>(g, p, q, v, o, rule, plan, budget, log_keep, st); break;
+  }
 }
 
 }  // namespace
 
-// `scratch` (uint32, one word per 32 columns, no contents expected) is where a binary mv gather too
-// wide for shared memory packs its spikes; any smaller array leaves it to read the spikes instead.
-// @xk jitc_mv arg arg arg arg arg ret ret attr.grows:int64 attr.gcols:int64 attr.kind:int64 attr.transpose:bool attr.binary:bool stream
+// `scratch` (uint32, no contents expected: spike_scratch says what it holds) is where a binary mv gather
+// too wide for shared memory packs its spikes; any smaller array leaves it to read the spikes instead.
+// `log_keep` is ln(1 - p), the float64 the skip table was built from (skip_table in _jitc_kernels.py),
+// which lets the mv gather decide skips without the table (ExactSkip); 0 where not known.
+// @xk jitc_mv arg arg arg arg arg ret ret attr.grows:int64 attr.gcols:int64 attr.kind:int64 attr.transpose:bool attr.binary:bool attr.log_keep:float64 stream
 void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor table, const xk::Tensor qtable,
              const xk::Tensor spikes, xk::Tensor out, xk::Tensor scratch, int64_t grows, int64_t gcols, int64_t kind,
-             bool transpose, bool binary, int64_t stream) {
+             bool transpose, bool binary, double log_keep, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   check_args(params, seed, table, qtable, out, kind);
   const DType acc = params.dtype();
@@ -614,7 +759,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       const A* q = qtable.data_ptr<A>();
       const S* v = spikes.data_ptr<S>();
       A* o = out.data_ptr<A>();
-      uint32_t* bits = bits_scratch(scratch, gcols);
+      const SpikeScratch bits = spike_scratch(scratch, gcols);
       // the mm gather's chunks are whole and 16-byte aligned: one vector load per chunk of spikes
       const bool vec = batch % kGatherChunk == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
       if (transpose) {
@@ -625,10 +770,10 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
           default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, st); break;
         }
       } else if (batch == 1 && mv_fits_int32(g, rounds, lanes)) {
-        if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, bits, st);
-        else if (lanes == 32) launch_gather_mv<32, 1>(g, p, q, v, o, rule, bits, st);
-        else if (lanes == 8) launch_gather_mv<8, 1>(g, p, q, v, o, rule, bits, st);
-        else launch_gather_mv<1, 1>(g, p, q, v, o, rule, bits, st);
+        if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, bits, log_keep, st);
+        else if (lanes == 32) launch_gather_mv<32, 1>(g, p, q, v, o, rule, bits, log_keep, st);
+        else if (lanes == 8) launch_gather_mv<8, 1>(g, p, q, v, o, rule, bits, log_keep, st);
+        else launch_gather_mv<1, 1>(g, p, q, v, o, rule, bits, log_keep, st);
       } else if (lanes == 32) {
         gather_kernel<32><<<grid, kThreads, 0, st>>>(g, p, q, v, o, batch, rule, vec);
       } else if (lanes == 8) {
@@ -658,5 +803,42 @@ void jitc_dense(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor
   else
     dense_kernel<<<blocks_for(g.grows), kThreads, 0, st>>>(g, params.data_ptr<float>(), qtable.data_ptr<float>(),
                                                            out.data_ptr<float>());
+  XK_CHECK_LAUNCH();
+}
+
+namespace {
+
+__global__ void exact_skips_kernel(Gen g, const uint32_t* hashes, int32_t* out, int64_t n, double log_keep,
+                                   bool table) {
+  __shared__ uint32_t shared[kExactCached];
+  __shared__ double pw[kPowDoubles];
+  const auto ext = cache_ext_table<false>(g, shared, g.ntable + 2 < kExactCached ? int32_t(g.ntable + 2) : kExactCached);
+  fill_powers(pw, log_keep);
+  __syncthreads();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const ExactSkip skip{ext, pw, exp(log_keep), float(0.6931471805599453 / log_keep)};
+  const int32_t s = skip.guess(hashes[i]);
+  out[i] = table ? table_skip(ext, hashes[i], s > 0 ? s : -s) : skip.correct(hashes[i], s);
+}
+
+}  // namespace
+
+// The skips ExactSkip finds for `hashes` (out: int32, one each), or with `fallback` the skips its fallback
+// finds from the same guesses, as if every draw were too close to call. For tests, which compare both
+// with the table's own at and around every threshold.
+// @xk jitc_skips arg arg ret attr.log_keep:float64 attr.fallback:bool stream
+void jitc_skips(const xk::Tensor table, const xk::Tensor hashes, xk::Tensor out, double log_keep, bool fallback,
+                int64_t stream) {
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  XK_CHECK(table.dtype() == DType::UInt32 && hashes.dtype() == DType::UInt32) << "table and hashes must be uint32";
+  XK_CHECK(out.dtype() == DType::Int32 && out.numel() == hashes.numel()) << "out must be int32, one per hash";
+  XK_CHECK(table.numel() <= kMaxSkipTable) << "skip table longer than " << kMaxSkipTable << " entries";
+  XK_CHECK(log_keep < 0.0) << "log_keep must be ln(1 - p) < 0, got " << log_keep;
+  const int64_t n = hashes.numel();
+  if (n == 0) return;
+  const Gen g{nullptr, table.data_ptr<uint32_t>(), table.numel(), 0, 0, kScalar};
+  exact_skips_kernel<<<blocks_for(n), kThreads, 0, st>>>(g, hashes.data_ptr<uint32_t>(), out.data_ptr<int32_t>(), n,
+                                                         log_keep, fallback);
   XK_CHECK_LAUNCH();
 }
