@@ -247,13 +247,16 @@ WIDE_KNOBS = ({}, {"XLAKERN_SPIKE_SUMMARY": "1"}, {"XLAKERN_JITC_GATHER_SKIPS": 
 
 
 @pytest.mark.parametrize("letter", "sun")
-@pytest.mark.parametrize("shape,prob,rate", [((300, 1_200_007), 2e-4, 0.05), ((200, 4_000_037), 2e-5, 0.01)])
+@pytest.mark.parametrize("shape,prob,rate", [((300, 1_200_007), 2e-4, 0.05), ((200, 4_000_037), 2e-5, 0.01),
+                                             ((300, 800_009), 1e-4, 0.01)])
 def test_jitc_gpu_wide_binary_gather_matches_the_cpu(letter, shape, prob, rate, monkeypatch):
     """Binary spikes over more columns than shared memory holds as bits (1.2M, 4M): the mv gather reads
     them from global memory, behind their summary in shared memory. At 1.2M columns (~240 synapses a
     row) the table's short end serves most skips; at 4M (~80 a row, a 1.1M-entry table) it would miss
-    most of them, so the gather decides skips in double precision (ExactSkip). Every path, forced
-    through the knobs, equals the CPU's product (float32 sums, so to rounding)."""
+    most of them, so the gather decides skips in double precision (ExactSkip). At 800k columns the bits
+    fit shared memory but leave the table little room, so ExactSkip is taken and its powers push the
+    bits out to global memory. Every path, forced through the knobs, equals the CPU's product (float32
+    sums, so to rounding)."""
     cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
     rng = np.random.default_rng()
     seed = int(rng.integers(0, 2**31))
@@ -262,7 +265,8 @@ def test_jitc_gpu_wide_binary_gather_matches_the_cpu(letter, shape, prob, rate, 
     name = "binary_jit" + letter + "mv"
     with jax.default_device(cpu):
         want = np.asarray(getattr(xlakern, name)(*ws, prob, s, seed, shape=shape), np.float64)
-    assert np.count_nonzero(want) > shape[0] // 2  # most rows meet an active spike
+    # a row of ~80 synapses at 1% meets an active spike with probability ~55%
+    assert np.count_nonzero(want) > shape[0] // 4
     for knobs in WIDE_KNOBS:
         for var in KNOB_VARS + ("XLAKERN_SPIKE_SUMMARY",):
             monkeypatch.delenv(var, raising=False)

@@ -691,18 +691,18 @@ template <bool Binary>
 MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double log_keep) {
   MvPlan plan;
   const int64_t ext = g.ntable + 2, min_table = std::min<int64_t>(ext, kMvMinTable);
+  // binary spikes as bits in global memory, with their summary in shared memory where `room` words hold it
+  auto bits_to_global = [&](int64_t room) {
+    plan.bits = 0;
+    plan.global_bits = scratch.bits;
+    const int64_t summary = spike_summary_words(g.gcols);
+    const bool fits = scratch.bits != nullptr && scratch.summary != nullptr && summary <= room;
+    plan.summary_words = fits && use_spike_summary() ? int32_t(summary) : 0;
+    plan.global_summary = plan.summary_words > 0 ? scratch.summary : nullptr;
+  };
   if (Binary) {
     plan.bits = (g.gcols + 31) / 32;
-    if ((plan.bits + min_table) * 4 > budget) {
-      plan.bits = 0;
-      plan.global_bits = scratch.bits;
-      const int64_t summary = spike_summary_words(g.gcols);
-      if (scratch.bits != nullptr && scratch.summary != nullptr && use_spike_summary() &&
-          (summary + min_table) * 4 <= budget) {
-        plan.summary_words = int32_t(summary);
-        plan.global_summary = scratch.summary;
-      }
-    }
+    if ((plan.bits + min_table) * 4 > budget) bits_to_global(budget / 4 - min_table);
   }
   plan.cached = int32_t(std::min<int64_t>(ext, budget / 4 - plan.bits - plan.summary_words));
   plan.skips = plan.cached == ext ? kTableShared : kTablePart;
@@ -711,6 +711,10 @@ MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double
   if (log_keep < 0.0 && (choice == 2 || (choice == 0 && misses))) {
     plan.skips = kExact;
     plan.cached = int32_t(std::min<int64_t>(ext, kExactCached));
+    // the powers take room the table had: a bitmask that no longer fits beside them goes to global memory
+    const int64_t room = budget / 4 - 2 * kPowDoubles - plan.cached;
+    if (Binary && plan.bits > room) bits_to_global(room);
+    if (plan.summary_words > room) bits_to_global(0);
   }
   return plan;
 }
