@@ -157,7 +157,8 @@ JITC_GPU_CASES = [((1001, 999), 0.5), ((300, 5003), 0.3), ((1001, 999), 0.04), (
 
 # Every launch path of the JITC kernels, forced through their environment knobs (the default choice
 # first): the gather's lanes per row (and, with 32 lanes, its rounds drawn at once), the scatter's draws
-# per team round (one warp: 32 or 128; 4 or 8 warps together: 512 or 1024).
+# per team round (one warp: 32 or 128; 4 or 8 warps together: 512 or 1024). The mv gather's 4 rounds
+# are runs of 4 draws a lane.
 KNOB_VARS = ("XLAKERN_JITC_GATHER_LANES", "XLAKERN_JITC_GATHER_ROUNDS", "XLAKERN_JITC_SCATTER_DRAWS",
              "XLAKERN_JITC_GATHER_SKIPS")
 GATHER_KNOBS = ({}, {"XLAKERN_JITC_GATHER_LANES": "1"}, {"XLAKERN_JITC_GATHER_LANES": "8"},

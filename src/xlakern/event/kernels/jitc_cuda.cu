@@ -10,7 +10,7 @@
 //            (G = 1 adds in the CPU's order.) One spike column (mv) takes gather_mv_kernel:
 //            resident blocks with the table's short end and binary spikes as bits in shared memory
 //            (in the call's scratch output where too wide, behind their summary in shared memory),
-//            4 rounds drawn at once on long rows, and a weight drawn only for an active spike. Where
+//            runs of 4 draws a lane on long rows, and a weight drawn only for an active spike. Where
 //            the table's short end would miss many draws (tables of ~100k entries and more), skips
 //            are decided in double precision instead (ExactSkip: the same skips, table-free).
 //   scatter  a block per few generated rows lists those with an active spike in the chunk; teams
@@ -220,6 +220,24 @@ __device__ __forceinline__ int32_t scan_step(int32_t x, unsigned d, unsigned mas
   return sum;
 }
 
+// The skips of U draws (draw k_of(u) for u < U): their fast paths first, with no branch between them (so
+// their hashes and loads overlap), then the rare corrections.
+template <int U, typename Skip, typename K>
+__device__ __forceinline__ void draw_skips(uint32_t key, const Skip& skip, K&& k_of, int32_t (&skips)[U]) {
+  uint32_t h[U];
+  bool ok = true;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    h[u] = draw(key, 2u * k_of(u));
+    skips[u] = skip.guess(h[u]);
+    ok &= skip.right(h[u], skips[u]);  // (& : no branch)
+  }
+  if (!ok) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) skips[u] = skip.correct(h[u], skips[u]);
+  }
+}
+
 // for_each_synapse, walked by G lanes: round t covers draws k = t G + sub. A lane's column is the
 // previous round's last column plus the inclusive scan of the round's skips, the same sums the
 // one-thread walk makes. Columns grow with the lane, so the lanes at gcols or past it are the
@@ -236,21 +254,8 @@ __device__ inline void walk_row(Lanes<G> lanes, uint32_t key, Col gcols, Skip&& 
   Col base = -1;  // the column of the previous round's last draw (-1 before the first)
   for (uint32_t k0 = 0;; k0 += uint32_t(U * G)) {
     // at most 32 (kMaxSkipTable + 1) < 2^31: the scan cannot overflow
-    // the U skips' fast paths first, with no branch between them (so their loads overlap), then the
-    // rare corrections
-    uint32_t h[U];
     int32_t prefix[U];
-    bool ok = true;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      h[u] = draw(key, 2u * (k0 + uint32_t(u * G + lanes.sub)));
-      prefix[u] = skip.guess(h[u]);
-      ok &= skip.right(h[u], prefix[u]);  // (& : no branch)
-    }
-    if (!ok) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) prefix[u] = skip.correct(h[u], prefix[u]);
-    }
+    draw_skips<U>(key, skip, [&](int u) { return k0 + uint32_t(u * G + lanes.sub); }, prefix);
 #pragma unroll
     for (int d = 1; d < G; d <<= 1) {
 #pragma unroll
@@ -265,6 +270,36 @@ __device__ inline void walk_row(Lanes<G> lanes, uint32_t key, Col gcols, Skip&& 
       base += Col(__shfl_sync(lanes.mask, prefix[u], G - 1, G));
     }
     if (!__all_sync(lanes.mask, inside)) return;
+  }
+}
+
+// walk_row for a whole warp with each lane taking R consecutive draws a round (lane l: draws k0 + R l to
+// k0 + R l + R - 1): a lane sums its R skips in order, and one scan of the lanes' sums places them all,
+// where walk_row<32, R> would scan each of its R rounds (about 13 instructions a draw against 5 here;
+// the mv gather at K = 1,000 ran 12-17% faster for it on an H100, bench/RESULTS.md session 31). The
+// same draws and the same sums, so the same columns; only the lane that holds a synapse changes (and
+// with it the order of a gather's adds). Col int32_t needs gcols + 32 R (ntable + 1) to fit it, as
+// walk_row<32, R> does; a round's sum (at most 32 R (ntable + 1)) then fits an int32 too.
+template <int R, typename Col, typename Skip, typename F>
+__device__ inline void walk_row_runs(uint32_t key, Col gcols, Skip&& skip, F&& f) {
+  const uint32_t first = uint32_t(int(threadIdx.x) & 31) * uint32_t(R);
+  Col base = -1;  // the column of the previous round's last draw (-1 before the first)
+  for (uint32_t k0 = first;; k0 += uint32_t(32 * R)) {
+    int32_t run[R];
+    draw_skips<R>(key, skip, [&](int u) { return k0 + uint32_t(u); }, run);
+#pragma unroll
+    for (int u = 1; u < R; ++u) run[u] += run[u - 1];
+    int32_t upto = run[R - 1];  // becomes the sum of the skips of every lane up to this one
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) upto = scan_step<32>(upto, unsigned(d), kFullWarp);
+    const Col start = base + Col(upto - run[R - 1]);
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      const Col col = start + Col(run[u]);
+      if (col < gcols) f(col, k0 + uint32_t(u));
+    }
+    base += Col(__shfl_sync(kFullWarp, upto, 31));  // the round's last column, in every lane
+    if (base >= gcols) return;
   }
 }
 
@@ -410,19 +445,24 @@ __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* p
   for (int32_t r = int32_t((blockIdx.x * kMvThreads + threadIdx.x) / G); r < int32_t(g.grows); r += groups) {
     const uint32_t key = row_key(seed, uint32_t(r));
     A acc = A(0);
+    // U draws at once: runs of U a lane (G = 32), which place a round's 32 U draws with one scan
+    auto walk = [&](auto&& f) {
+      if constexpr (U > 1) walk_row_runs<U>(key, gcols, skip, f);
+      else walk_row<G, 1>(lanes, key, gcols, skip, f);
+    };
     // a synapse's weight is drawn only when its spike is active; the test is chosen once a row
     // (a branch outside the walk, not one per synapse)
     if (Binary && bits > 0) {
-      walk_row<G, U>(lanes, key, gcols, skip, [&](int32_t c, uint32_t k) {
+      walk([&](int32_t c, uint32_t k) {
         if ((mask[c >> 5] >> (c & 31)) & 1u) acc += wt.of(key, k);
       });
     } else if (Binary && global_bits != nullptr) {
-      walk_row<G, U>(lanes, key, gcols, skip, [&](int32_t c, uint32_t k) {
+      walk([&](int32_t c, uint32_t k) {
         if ((summary_words == 0 || summary_has(mask, c)) && ((__ldg(global_bits + (c >> 5)) >> (c & 31)) & 1u))
           acc += wt.of(key, k);
       });
     } else {
-      walk_row<G, U>(lanes, key, gcols, skip, [&](int32_t c, uint32_t k) {
+      walk([&](int32_t c, uint32_t k) {
         const S v = spk[c];
         if (rule.active(v)) acc += wt.of(key, k) * rule.template value<A>(v);
       });
@@ -563,8 +603,8 @@ int gather_lanes(int64_t ntable, int64_t grows, int64_t gcols) {
   return lanes;
 }
 
-// Rounds a 32-lane mv gather group draws together (walk_row's U): 4 when rows are long enough that the
-// up to 127 draws past a row's end cost little (expected row >= 256), else 1.
+// Draws a lane of a 32-lane mv gather takes a round (walk_row_runs' R; 1 is walk_row): 4 when rows are
+// long enough that the up to 127 draws past a row's end cost little (expected row >= 256), else 1.
 // XLAKERN_JITC_GATHER_ROUNDS = 1 or 4 forces it.
 int gather_rounds(int64_t ntable, int64_t gcols) {
   if (const int rounds = forced_choice("XLAKERN_JITC_GATHER_ROUNDS", {1, 4})) return rounds;
@@ -617,8 +657,8 @@ struct MvPlan {
   int32_t cached = 0;                // entries of the extended table
   int64_t bits = 0;                  // words of bitmask (binary spikes that fit)
   int32_t summary_words = 0;         // words of summary of the bits in global memory
-  const uint32_t* global_bits = nullptr;
-  const uint32_t* global_summary = nullptr;
+  uint32_t* global_bits = nullptr;   // in the call's scratch: pack_bits writes them, the gather reads them
+  uint32_t* global_summary = nullptr;
 };
 
 // Launches gather_mv_kernel<G, U> as planned, with as many resident blocks as fit the GPU (no more than
@@ -651,8 +691,7 @@ void launch_gather_mv_as(const Gen& g, const A* p, const A* q, const S* v, A* o,
   const int blocks = int(std::min<int64_t>(want, int64_t(gpu_limits().sms) * per_sm));
   if constexpr (Binary) {
     if (plan.global_bits != nullptr)
-      pack_bits(v, g.gcols, rule, const_cast<uint32_t*>(plan.global_bits), const_cast<uint32_t*>(plan.global_summary),
-                st);
+      pack_bits(v, g.gcols, rule, plan.global_bits, plan.global_summary, st);
   }
   kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, plan.cached, plan.bits, plan.global_bits,
                                            plan.global_summary, plan.summary_words, log_keep);
