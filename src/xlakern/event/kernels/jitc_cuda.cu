@@ -293,13 +293,18 @@ __device__ inline void walk_row_runs(uint32_t key, Col gcols, Skip&& skip, F&& f
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) upto = scan_step<32>(upto, unsigned(d), kFullWarp);
     const Col start = base + Col(upto - run[R - 1]);
-#pragma unroll
-    for (int u = 0; u < R; ++u) {
-      const Col col = start + Col(run[u]);
-      if (col < gcols) f(col, k0 + uint32_t(u));
-    }
     base += Col(__shfl_sync(kFullWarp, upto, 31));  // the round's last column, in every lane
-    if (base >= gcols) return;
+    if (base < gcols) {  // every round but a row's last: no draw passes the row's end, so no test a draw
+#pragma unroll
+      for (int u = 0; u < R; ++u) f(start + Col(run[u]), k0 + uint32_t(u));
+    } else {
+#pragma unroll
+      for (int u = 0; u < R; ++u) {
+        const Col col = start + Col(run[u]);
+        if (col < gcols) f(col, k0 + uint32_t(u));
+      }
+      return;
+    }
   }
 }
 
@@ -452,7 +457,11 @@ __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* p
     };
     // a synapse's weight is drawn only when its spike is active; the test is chosen once a row
     // (a branch outside the walk, not one per synapse)
-    if (Binary && bits > 0) {
+    if (Binary && bits > 0 && g.kind == kScalar) {
+      // one weight for every synapse: a set bit adds it, with no draw and no branch a synapse
+      const A w = wt.w_scalar;
+      walk([&](int32_t c, uint32_t) { acc += ((mask[c >> 5] >> (c & 31)) & 1u) ? w : A(0); });
+    } else if (Binary && bits > 0) {
       walk([&](int32_t c, uint32_t k) {
         if ((mask[c >> 5] >> (c & 31)) & 1u) acc += wt.of(key, k);
       });
