@@ -157,10 +157,10 @@ JITC_GPU_CASES = [((1001, 999), 0.5), ((300, 5003), 0.3), ((1001, 999), 0.04), (
 
 # Every launch path of the JITC kernels, forced through their environment knobs (the default choice
 # first): the gather's lanes per row (and, with 32 lanes, its rounds drawn at once), the scatter's draws
-# per team round (one warp: 32 or 128; 4 or 8 warps together: 512 or 1024). The mv gather's 4 rounds
-# are runs of 4 draws a lane.
+# per team round (one warp: 32 or 128; 4 or 8 warps together: 512 or 1024) and its rows a block. The mv
+# gather's 4 rounds are runs of 4 draws a lane.
 KNOB_VARS = ("XLAKERN_JITC_GATHER_LANES", "XLAKERN_JITC_GATHER_ROUNDS", "XLAKERN_JITC_SCATTER_DRAWS",
-             "XLAKERN_JITC_GATHER_SKIPS")
+             "XLAKERN_JITC_GATHER_SKIPS", "XLAKERN_JITC_SCATTER_ROWS")
 GATHER_KNOBS = ({}, {"XLAKERN_JITC_GATHER_LANES": "1"}, {"XLAKERN_JITC_GATHER_LANES": "8"},
                 {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "1"},
                 {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4"},
@@ -169,7 +169,10 @@ GATHER_KNOBS = ({}, {"XLAKERN_JITC_GATHER_LANES": "1"}, {"XLAKERN_JITC_GATHER_LA
                 {"XLAKERN_JITC_GATHER_LANES": "8", "XLAKERN_JITC_GATHER_SKIPS": "2"},
                 {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "1", "XLAKERN_JITC_GATHER_SKIPS": "2"},
                 {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "2"})
-SCATTER_KNOBS = ({},) + tuple({"XLAKERN_JITC_SCATTER_DRAWS": d} for d in ("32", "128", "512", "1024"))
+SCATTER_KNOBS = (({},) + tuple({"XLAKERN_JITC_SCATTER_DRAWS": d} for d in ("32", "128", "512", "1024")) +
+                 # a block per row, and 256 rows a block (a team walking many active rows in turn)
+                 tuple({"XLAKERN_JITC_SCATTER_DRAWS": d, "XLAKERN_JITC_SCATTER_ROWS": r}
+                       for d in ("32", "1024") for r in ("1", "256")))
 
 
 @pytest.mark.parametrize("letter", "sun")

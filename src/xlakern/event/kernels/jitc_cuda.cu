@@ -18,7 +18,7 @@
 //            each lane atomicAdd-ing its synapse into the output (zeroed first here). Rows with no
 //            active spike cost one read.
 //   Environment knobs force each launch choice (XLAKERN_JITC_GATHER_LANES, _GATHER_ROUNDS,
-//   _GATHER_SKIPS, _SCATTER_DRAWS, and XLAKERN_SPIKE_SUMMARY), to time the paths against each other
+//   _GATHER_SKIPS, _SCATTER_DRAWS, _SCATTER_ROWS, and XLAKERN_SPIKE_SUMMARY), to time the paths against each other
 //   and to test every one.
 //   dense    one thread per generated row writes its row of G (the row is zeroed first).
 
@@ -630,19 +630,32 @@ int scatter_draws(int64_t ntable, int64_t gcols) {
   return per_row < 48.0 ? 32 : (per_row < 192.0 ? 128 : (per_row < 768.0 ? 512 : 1024));
 }
 
-// Rows a scatter block reads: the most (up to one a thread) that still leaves about 8 blocks an SM, so
-// that a block rarely draws more than one or two of the active rows while others sit idle.
-int scatter_rows(int64_t grows, int64_t batch_chunks) {
-  const int64_t want_blocks = int64_t(gpu_limits().sms) * 8;
+// Rows a scatter block reads (a power of two, up to one a thread). Teams of fewer warps: the most that
+// still leaves about 8 blocks an SM, so that a block rarely draws more than one or two of the active rows
+// while others sit idle. One team a block (8 warps, rows of ~768 synapses and more), which walks its
+// active rows one after another: 16 rows, doubled while that leaves more than 48 blocks an SM (blocks
+// that find no active row still cost their launch). H100, K = 1,000, graph loops: at 1% of rows active,
+// 40k rows (16) 25 µs a step against 25-29 at the former 32, 400k rows (64) 68-72 against 75-78 at the
+// former 256; at 5%, 49-54 against 75-77 and 256-260 against 277 (bench/RESULTS.md, session 31).
+// XLAKERN_JITC_SCATTER_ROWS forces it.
+int scatter_rows(int64_t grows, int64_t batch_chunks, int team_warps) {
+  if (const int rows = forced_choice("XLAKERN_JITC_SCATTER_ROWS", {1, 2, 4, 8, 16, 32, 64, 128, 256})) return rows;
+  const int64_t sms = gpu_limits().sms;
+  auto blocks = [&](int64_t rows) { return (grows + rows - 1) / rows * batch_chunks; };
   int rows = 1;
-  while (rows < kScatterThreads && (grows + 2 * rows - 1) / (2 * rows) * batch_chunks >= want_blocks) rows *= 2;
+  if (team_warps == kScatterWarps) {
+    rows = 16;
+    while (rows < kScatterThreads && blocks(rows) > sms * 48) rows *= 2;
+  } else {
+    while (rows < kScatterThreads && blocks(2 * rows) >= sms * 8) rows *= 2;
+  }
   return rows;
 }
 
 template <int T, int U, typename A, typename S, bool Binary>
 void launch_scatter(const Gen& g, const A* p, const A* q, const S* v, A* o, int64_t batch, SpikeRule<S, Binary> rule,
                     unsigned chunks, cudaStream_t st) {
-  const int rows = scatter_rows(g.grows, chunks);
+  const int rows = scatter_rows(g.grows, chunks, T);
   const dim3 grid(unsigned((g.grows + rows - 1) / rows), chunks);
   scatter_kernel<T, U><<<grid, kScatterThreads, 0, st>>>(g, p, q, v, o, batch, rule, rows);
 }
