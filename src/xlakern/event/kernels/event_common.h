@@ -146,7 +146,9 @@ inline SpikeScratch spike_scratch(xk::Tensor& scratch, int64_t ncols) {
 }
 
 // An integer the environment forces (one of `allowed`), else 0. The launchers' knobs exist to time
-// their choices against each other and to test every path.
+// their choices against each other and to test every path. Read at each launch, not cached, so that a
+// test can change them between calls: it costs the host well under a microsecond, and a loop replayed
+// as a CUDA graph does not run the launcher at all.
 inline int forced_choice(const char* name, std::initializer_list<int> allowed) {
   const char* value = std::getenv(name);
   if (value == nullptr) return 0;
