@@ -18,8 +18,8 @@
 //            each lane atomicAdd-ing its synapse into the output (zeroed first here). Rows with no
 //            active spike cost one read.
 //   Environment knobs force each launch choice (XLAKERN_JITC_GATHER_LANES, _GATHER_ROUNDS,
-//   _GATHER_SKIPS, _SCATTER_DRAWS, _SCATTER_ROWS, and XLAKERN_SPIKE_SUMMARY), to time the paths against each other
-//   and to test every one.
+//   _GATHER_SKIPS, _SCATTER_DRAWS, _SCATTER_ROWS, and XLAKERN_SPIKE_SUMMARY), to time the paths
+//   against each other and to test every one.
 //   dense    one thread per generated row writes its row of G (the row is zeroed first).
 
 #include <cuda_runtime.h>
