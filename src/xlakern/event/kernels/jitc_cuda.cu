@@ -116,7 +116,9 @@ struct ExtSkip {
   __device__ __forceinline__ int32_t guess(uint32_t h) const {
     float log2_x;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(fmaf(float(h), 2.3283064365386963e-10f, 1.1641532182693481e-10f)));
-    return 1 + int32_t(fminf(fmaxf(log2_x * scale, 0.f), float(ext.m)));
+    // no clamp at 0: the draw is below 1, so log2_x is at most the approximation's error (~2^-22) above
+    // 0, and times scale (> -2^21 for any prob the tables take) above -1, which the conversion truncates to 0
+    return 1 + int32_t(fminf(log2_x * scale, float(ext.m)));
   }
   __device__ __forceinline__ bool right(uint32_t h, int32_t skip) const {
     uint32_t below, above;  // ext(j) = T_{c+1} and ext(j + 1) = T_c, c = skip - 1
@@ -458,9 +460,11 @@ __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* p
     // a synapse's weight is drawn only when its spike is active; the test is chosen once a row
     // (a branch outside the walk, not one per synapse)
     if (Binary && bits > 0 && g.kind == kScalar) {
-      // one weight for every synapse: a set bit adds it, with no draw and no branch a synapse
+      // one weight for every synapse: a set bit adds it, with no weight draw and no branch a synapse
       const A w = wt.w_scalar;
-      walk([&](int32_t c, uint32_t) { acc += ((mask[c >> 5] >> (c & 31)) & 1u) ? w : A(0); });
+      walk([&](int32_t c, uint32_t) {
+        if ((mask[c >> 5] >> (c & 31)) & 1u) acc += w;  // (a predicated add)
+      });
     } else if (Binary && bits > 0) {
       walk([&](int32_t c, uint32_t k) {
         if ((mask[c >> 5] >> (c & 31)) & 1u) acc += wt.of(key, k);
