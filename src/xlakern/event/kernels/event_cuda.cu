@@ -35,9 +35,10 @@ using namespace xk_event;
 // Binary gather with the spikes as bits. When they fit in shared memory, every block packs the spikes
 // into a bitmask once (a thread per 32 columns); otherwise (Global) pack_bits has put them in a global
 // scratch array first, read through L1, with their summary (event_common.h) copied into shared memory
-// where the caller has one: a bit is read only for a synapse whose byte of bits is active. Each warp walks its share of the rows, two at a time, testing
-// each synapse's column in the bitmask (the loop below says how). The random spike reads of the plain
-// gather (a 32-byte L2 sector for each synapse's one-byte spike) become shared-memory or L1 reads.
+// where the caller has one: a bit is read only for a synapse whose byte of bits is active. Each warp
+// walks its share of the rows, two at a time, testing each synapse's column in the bitmask (the loop
+// below says how). The random spike reads of the plain gather (a 32-byte L2 sector for each synapse's
+// one-byte spike) become shared-memory or L1 reads.
 constexpr int kBitsThreads = 1024;
 
 // A row's index, read once per call: evict-first, so the streamed indices leave L1 and L2 to the bits
@@ -176,7 +177,8 @@ bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* s
   // shared memory asked for than the summary: a hint, ignored where refused).
   auto* global = bitmask_gather_kernel<W, I, uint8_t, true>;
   const size_t dyn = summary != nullptr ? size_t(summary_bytes) : 0;
-  if (dyn > 48 * 1024 && cudaFuncSetAttribute(global, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)) != cudaSuccess)
+  if (dyn > 48 * 1024 &&
+      cudaFuncSetAttribute(global, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)) != cudaSuccess)
     return false;  // (cannot happen where the opt-in limit allows it; the plain gather is always right)
   if (cudaFuncSetAttribute(global, cudaFuncAttributePreferredSharedMemoryCarveout, dyn == 0 ? 0 : -1) != cudaSuccess)
     (void)cudaGetLastError();

@@ -168,6 +168,10 @@ struct ExactSkip {
   const double* pw;     // fill_powers'
   double keep;          // e^L = 1 - p
   float scale;          // ln 2 / L: the float estimate's factor on the base-2 log
+  // keep and scale derived from L = log_keep, in one place for every caller
+  __device__ static ExactSkip of(ExtTable<false> ext, const double* pw, double log_keep) {
+    return ExactSkip{ext, pw, exp(log_keep), float(0.6931471805599453 / log_keep)};
+  }
   __device__ __forceinline__ double y(int32_t c) const {
     return pw[2 * kPowLow + (c >> 20)] * pw[kPowLow + ((c >> 10) & (kPowLow - 1))] * pw[c & (kPowLow - 1)];
   }
@@ -511,8 +515,8 @@ __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* p
   }
   __syncthreads();
   if constexpr (Skips == kExact)
-    gather_mv_rows<G, U>(g, ExactSkip{ext, pw, exp(log_keep), float(0.6931471805599453 / log_keep)}, params, q, spk,
-                         out, rule, mask, bits, global_bits, summary_words);
+    gather_mv_rows<G, U>(g, ExactSkip::of(ext, pw, log_keep), params, q, spk, out, rule, mask, bits, global_bits,
+                         summary_words);
   else
     gather_mv_rows<G, U>(g, ExtSkip<Skips == kTableShared>{ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)},
                          params, q, spk, out, rule, mask, bits, global_bits, summary_words);
@@ -886,7 +890,7 @@ __global__ void exact_skips_kernel(Gen g, const uint32_t* hashes, int32_t* out, 
   __syncthreads();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const ExactSkip skip{ext, pw, exp(log_keep), float(0.6931471805599453 / log_keep)};
+  const ExactSkip skip = ExactSkip::of(ext, pw, log_keep);
   const int32_t s = skip.guess(hashes[i]);
   out[i] = table ? table_skip(ext, hashes[i], s > 0 ? s : -s) : skip.correct(hashes[i], s);
 }
