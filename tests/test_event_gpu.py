@@ -78,6 +78,44 @@ def test_binary_gather_wider_than_shared_memory(rng, index_dtype, rate, summary,
         W = xlakern.CSR((jnp.asarray(data.reshape(-1)), i1, p1), shape=(nrows, ncols))
         ys = jax.jit(lambda W, S: jax.lax.map(lambda s: W @ xlakern.BinaryArray(s), S))(W, S)
         np.testing.assert_allclose(np.asarray(ys), expect, rtol=1e-4, atol=1e-3)
+        # one shared weight (its own kernel variant): the count of active synapses a row, times it
+        w0 = np.float32(rng.uniform(0.5, 2.0))
+        got = xlakern.binary_csrmv(np.asarray([w0]), i1, p1, S[2], shape=(nrows, ncols))
+        np.testing.assert_allclose(np.asarray(got), float(w0) * S[2][idx].sum(1), rtol=1e-5, atol=1e-4)
+
+
+def test_binary_gather_edge_cases(rng):
+    """The binary mv gather's edge cases on the GPU. Its bitmask kernel reads weight 0 and bit word 0 in
+    the slots of inactive synapses, so no synapses or no columns must leave it for the plain gather;
+    out-of-range indices are dropped and a malformed indptr is clamped, with rows of different lengths
+    walked in pairs. Against numpy in float64."""
+    out = xlakern.binary_fcnmv(jnp.zeros((7, 0)), jnp.zeros((7, 0), jnp.int32), rng.random(5) < 0.5, shape=(7, 5))
+    np.testing.assert_array_equal(np.asarray(out), 0)
+    out = xlakern.binary_csrmv(jnp.zeros(0), jnp.zeros(0, jnp.int32), jnp.zeros(8, jnp.int32), rng.random(6) < 0.5,
+                               shape=(7, 6))
+    np.testing.assert_array_equal(np.asarray(out), 0)
+    out = xlakern.binary_csrmv(jnp.ones(3), jnp.zeros(3, jnp.int32), jnp.array([0, 1, 3], jnp.int32),
+                               jnp.zeros(0, bool), shape=(2, 0))
+    np.testing.assert_array_equal(np.asarray(out), 0)
+    # rows of 0-300 synapses (one to four rounds), a quarter of the indices out of range
+    nrows, ncols = 301, 1000
+    lens = rng.integers(0, 300, nrows)
+    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    idx = rng.integers(0, ncols, ptr[-1])
+    bad = rng.random(idx.size) < 0.25
+    idx[bad] = rng.choice([-1, -7, ncols, 10**6], bad.sum())
+    data = rng.standard_normal(idx.size).astype(np.float32)
+    s = rng.random(ncols) < 0.3
+    rows = np.repeat(np.arange(nrows), lens)
+    ok = (idx >= 0) & (idx < ncols)
+    expect = np.zeros(nrows)
+    np.add.at(expect, rows[ok], data[ok].astype(np.float64) * s[idx[ok]])
+    out = xlakern.binary_csrmv(data, idx.astype(np.int32), ptr, s, shape=(nrows, ncols))
+    np.testing.assert_allclose(np.asarray(out), expect, rtol=1e-4, atol=1e-4)
+    # indptr far outside the index array: row 1 clamps to [2, 4), row 2 is empty
+    out = xlakern.binary_csrmv(jnp.ones(4), jnp.array([0, 1, 2, 3], jnp.int32), jnp.array([0, 2, 10**6, -5], jnp.int32),
+                               jnp.ones(4, bool), shape=(3, 4))
+    np.testing.assert_allclose(np.asarray(out), [2, 2, 0])
 
 
 def test_jitted_loop_clears_outputs_every_step(rng):

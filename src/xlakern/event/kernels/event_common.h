@@ -95,29 +95,34 @@ __device__ __forceinline__ uint32_t spike_word(const S* spk, int64_t c0, int64_t
 // Beside the bits, pack_bits can write their summary: one bit per byte of bits (8 columns) saying
 // whether any of them is active. It is 32x smaller (4M columns: 62.5 KB), so a gather keeps it in
 // shared memory and reads the bits in global memory only for synapses whose byte is active (at 1%
-// activity 8% of them). Laid out as the packing warps' ballots fall: packing warp j (bits words
-// [32 j, 32 j + 32)) writes summary words 4 j + k, bit l = byte k of word 32 j + l.
+// activity 8% of them). Column c's summary bit is bit (c >> 3) & 31 of word c >> 8: a test costs two
+// shifts and a funnel shift. (Sized as before, whole groups of four words: spike_summary_words.)
 inline int64_t spike_summary_words(int64_t ncols) { return ((ncols + 31) / 32 + 31) / 32 * 4; }
 
-__device__ __forceinline__ bool summary_has(const uint32_t* summary, int64_t c) {
-  return (summary[((c >> 10) << 2) | ((c >> 3) & 3)] >> ((c >> 5) & 31)) & 1u;
+__device__ __forceinline__ bool summary_has(const uint32_t* summary, uint32_t c) {
+  // (the funnel shift takes its amount modulo 32: c >> 3 needs no mask)
+  return __funnelshift_r(summary[c >> 8], 0u, c >> 3) & 1u;
 }
 
 template <typename S>
 __global__ void pack_bits_kernel(const S* __restrict__ spk, int64_t ncols, SpikeRule<S, true> rule,
-                                 uint32_t* __restrict__ bits, uint32_t* __restrict__ summary) {
+                                 uint32_t* __restrict__ bits, uint32_t* __restrict__ summary,
+                                 int64_t summary_words) {
   const int64_t words = (ncols + 31) / 32;
   const int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint32_t word = w < words ? spike_word(spk, w * 32, ncols, rule) : 0u;
   if (w < words) bits[w] = word;
   if (summary == nullptr) return;  // (the whole grid)
-  // every lane takes part in the ballots; the warps wholly past the words write nothing
-  const int lane = int(threadIdx.x) & 31;
+  // word w's four bytes are summary bits 4 (w & 7) + k of word w >> 3: eight lanes' nibbles OR together
+  // (every lane takes part in the shuffles; the grid's threads cover every summary word)
+  uint32_t nibble = 0u;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t any = __ballot_sync(0xffffffffu, ((word >> (8 * k)) & 0xffu) != 0u);
-    if (lane == 0 && w < words) summary[(w >> 5) * 4 + k] = any;
-  }
+  for (int k = 0; k < 4; ++k) nibble |= uint32_t(((word >> (8 * k)) & 0xffu) != 0u) << k;
+  uint32_t part = nibble << (4 * (w & 7));
+  part |= __shfl_xor_sync(0xffffffffu, part, 1);
+  part |= __shfl_xor_sync(0xffffffffu, part, 2);
+  part |= __shfl_xor_sync(0xffffffffu, part, 4);
+  if ((w & 7) == 0 && (w >> 3) < summary_words) summary[w >> 3] = part;
 }
 
 // Packs the spikes into `bits`, and their summary into `summary` unless it is nullptr.
@@ -125,7 +130,9 @@ template <typename S>
 void pack_bits(const S* spk, int64_t ncols, SpikeRule<S, true> rule, uint32_t* bits, uint32_t* summary,
                cudaStream_t st) {
   const int64_t words = (ncols + 31) / 32;
-  if (words > 0) pack_bits_kernel<<<unsigned((words + 255) / 256), 256, 0, st>>>(spk, ncols, rule, bits, summary);
+  if (words > 0)
+    pack_bits_kernel<<<unsigned((words + 255) / 256), 256, 0, st>>>(spk, ncols, rule, bits, summary,
+                                                                     spike_summary_words(ncols));
 }
 
 // The scratch a gather may pack its spikes into (the entry points' second output; no contents
