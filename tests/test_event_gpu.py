@@ -118,6 +118,31 @@ def test_binary_gather_edge_cases(rng):
     np.testing.assert_allclose(np.asarray(out), [2, 2, 0])
 
 
+def test_dense_scatter_over_chunks_and_slices(rng):
+    """The dense scatter `s @ W` where one block walks more rows than a chunk (1,024) (262,200 columns:
+    one row slice), and where few columns split the rows into many slices: bool and float32 spikes,
+    batches of 8 weight loads and their remainders, mv and mm (batch 3). float16 weights accumulate in
+    float32 and the product is float16: against jnp's float32 sums over the active rows, to a unit in the
+    last place of float16 (a missed or doubled row moves a sum by ~1)."""
+    close = lambda got, want: np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want), rtol=1e-3,
+                                                         atol=1e-3)
+    key = jax.random.PRNGKey(int(rng.integers(2**31)))
+    for nrows, ncols in ((2500, 262_200), (3000, 700)):
+        W = jax.random.normal(key, (nrows, ncols), jnp.float16)
+        for rate in (0.004, 0.3):
+            s = rng.random(nrows) < rate
+            on = np.nonzero(s)[0]
+            Wa = jnp.asarray(W[on], jnp.float32)
+            got = xlakern.binary_densemv(W, s, transpose=True)
+            close(got, Wa.sum(0))
+            v = (rng.standard_normal(nrows) * s).astype(np.float32)  # float spikes: active where non-zero
+            close(xlakern.binary_densemv(W, v, transpose=True), Wa.sum(0))
+        B = rng.random((nrows, 3)) < 0.05
+        got = np.asarray(xlakern.binary_densemm(W, B, transpose=True))
+        for j in range(3):
+            close(got[:, j], jnp.asarray(W[np.nonzero(B[:, j])[0]], jnp.float32).sum(0))
+
+
 def test_jitted_loop_clears_outputs_every_step(rng):
     """A 100-step scan: each step's scatter output must start from zero (buffers are reused)."""
     n, k, steps = 3000, 20, 100
