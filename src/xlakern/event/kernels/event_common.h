@@ -97,7 +97,7 @@ __device__ __forceinline__ uint32_t spike_word(const S* spk, int64_t c0, int64_t
 // shared memory and reads the bits in global memory only for synapses whose byte is active (at 1%
 // activity 8% of them). Column c's summary bit is bit (c >> 3) & 31 of word c >> 8: a test costs two
 // shifts and a funnel shift. (Sized as before, whole groups of four words: spike_summary_words.)
-inline int64_t spike_summary_words(int64_t ncols) { return ((ncols + 31) / 32 + 31) / 32 * 4; }
+XK_HOST_DEVICE inline int64_t spike_summary_words(int64_t ncols) { return ((ncols + 31) / 32 + 31) / 32 * 4; }
 
 __device__ __forceinline__ bool summary_has(const uint32_t* summary, uint32_t c) {
   // (the funnel shift takes its amount modulo 32: c >> 3 needs no mask)
@@ -106,8 +106,7 @@ __device__ __forceinline__ bool summary_has(const uint32_t* summary, uint32_t c)
 
 template <typename S>
 __global__ void pack_bits_kernel(const S* __restrict__ spk, int64_t ncols, SpikeRule<S, true> rule,
-                                 uint32_t* __restrict__ bits, uint32_t* __restrict__ summary,
-                                 int64_t summary_words) {
+                                 uint32_t* __restrict__ bits, uint32_t* __restrict__ summary) {
   const int64_t words = (ncols + 31) / 32;
   const int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint32_t word = w < words ? spike_word(spk, w * 32, ncols, rule) : 0u;
@@ -122,7 +121,7 @@ __global__ void pack_bits_kernel(const S* __restrict__ spk, int64_t ncols, Spike
   part |= __shfl_xor_sync(0xffffffffu, part, 1);
   part |= __shfl_xor_sync(0xffffffffu, part, 2);
   part |= __shfl_xor_sync(0xffffffffu, part, 4);
-  if ((w & 7) == 0 && (w >> 3) < summary_words) summary[w >> 3] = part;
+  if ((w & 7) == 0 && (w >> 3) < spike_summary_words(ncols)) summary[w >> 3] = part;
 }
 
 // Packs the spikes into `bits`, and their summary into `summary` unless it is nullptr.
@@ -130,9 +129,7 @@ template <typename S>
 void pack_bits(const S* spk, int64_t ncols, SpikeRule<S, true> rule, uint32_t* bits, uint32_t* summary,
                cudaStream_t st) {
   const int64_t words = (ncols + 31) / 32;
-  if (words > 0)
-    pack_bits_kernel<<<unsigned((words + 255) / 256), 256, 0, st>>>(spk, ncols, rule, bits, summary,
-                                                                     spike_summary_words(ncols));
+  if (words > 0) pack_bits_kernel<<<unsigned((words + 255) / 256), 256, 0, st>>>(spk, ncols, rule, bits, summary);
 }
 
 // The scratch a gather may pack its spikes into (the entry points' second output; no contents

@@ -43,7 +43,7 @@ using namespace xk_event;
 // A round's slots are straight-line code in three passes (the loop says why): its loads then wait on
 // memory together, not one slot after another. Summary is a template argument, not a test a slot;
 // columns are 32-bit (the launcher takes fewer than 2^31). On an H100 at 4M rows of 80 this took
-// the gather from 1.37 to 0.87 ms at 1% activity and from 1.64 to 1.17 ms at 5% (session 32; before,
+// the gather from 1.37 to 0.89 ms at 1% activity and from 1.64 to 1.18 ms at 5% (session 32; before,
 // each slot branched around its loads, and its bit's L2 latency waited for the slot before it).
 constexpr int kBitsThreads = 1024;
 
@@ -133,9 +133,7 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
           const uint32_t c = in ? uint32_t(jj) : 0u;
           col[h][u] = c;
           maybe[h][u] = in;
-          // summary bit of column c: bit (c >> 3) & 31 of word c >> 8 (event_common.h's summary_has)
-          if constexpr (Global && Summary)
-            maybe[h][u] = in & bool(__funnelshift_r(shared_bits[c >> 8], 0u, c >> 3) & 1u);
+          if constexpr (Global && Summary) maybe[h][u] = in & summary_has(shared_bits, c);
         }
       uint32_t word[2][U];
 #pragma unroll
