@@ -118,6 +118,42 @@ def test_binary_gather_edge_cases(rng):
     np.testing.assert_allclose(np.asarray(out), [2, 2, 0])
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype):
+    """The binary mv gather with its bits in shared memory where each warp walks several groups of 32
+    rows (150,001 ragged rows over ~4k warps): every weight dtype, one shared weight, bool and float
+    spikes (-0.0 silent), indices out of range; against numpy in float64."""
+    nrows, ncols = 150_001, 3001
+    lens = rng.integers(0, 41, nrows)
+    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(index_dtype)
+    idx = rng.integers(0, ncols, int(ptr[-1]))
+    bad = rng.random(idx.size) < 0.02
+    idx[bad] = rng.choice([-1, ncols, 10**6], bad.sum())
+    idx = idx.astype(index_dtype)
+    rows, ok = np.repeat(np.arange(nrows), lens), (idx >= 0) & (idx < ncols)
+    on = rng.random(ncols) < 0.2
+    spikes = {"bool": on, "float": np.where(on, rng.uniform(0.5, 2.0, ncols), -0.0).astype(np.float32)}
+
+    def expect(weights, active):
+        out = np.zeros(nrows)
+        np.add.at(out, rows[ok], weights[ok] * active[idx[ok]])
+        return out
+
+    with jax.enable_x64(True):  # float64 weights and int64 indices stay as they are
+        i1, p1 = jnp.asarray(idx), jnp.asarray(ptr)
+        for dtype in (np.float32, jnp.float16, jnp.bfloat16, np.float64):
+            data = jnp.asarray(rng.standard_normal(idx.size), dtype)
+            want = expect(np.asarray(data, np.float64), on)
+            tol = 1e-5 if dtype in (np.float32, np.float64) else 2e-2
+            for kind, s in spikes.items():
+                got = xlakern.binary_csrmv(data, i1, p1, s, shape=(nrows, ncols))
+                assert got.shape == (nrows,), kind
+                np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol, err_msg=kind)
+        w0 = np.float32(rng.uniform(0.5, 2.0))
+        got = xlakern.binary_csrmv(jnp.asarray([w0]), i1, p1, on, shape=(nrows, ncols))
+        np.testing.assert_allclose(np.asarray(got), expect(np.full(idx.size, float(w0)), on), rtol=1e-5, atol=1e-5)
+
+
 def test_dense_scatter_over_chunks_and_slices(rng):
     """The dense scatter `s @ W` where one block walks more rows than a chunk (1,024) (262,200 columns:
     one row slice), and where few columns split the rows into many slices: bool and float32 spikes,
