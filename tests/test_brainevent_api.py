@@ -286,6 +286,71 @@ void twice(const xk::Tensor x, xk::Tensor o) {
         xlakern.register_ffi_target(unique_name("be_alias"), "mod", "twice")
 
 
+ADD_TWO_SRC = """
+// @xk add_two arg ret
+void add_two(const xk::Tensor x, xk::Tensor o) {
+  for (int64_t i = 0; i < x.numel(); ++i) o.data<float>()[i] = x.data<float>()[i] + 2.0f; }
+"""
+
+
+def _ffi_add_two(target, x):
+    return jax.jit(lambda x: jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(x.shape, x.dtype))(x))(x)
+
+
+def test_loaders_take_brainevent_0_3s_registration_options(rng, on_cpu, tmp_path):
+    """target_prefix names the extra targets '<prefix>.<fn>'; auto_register=False leaves them out; replace=
+    is accepted and changes nothing (other content under a loaded name still raises); the file loaders take
+    BrainEvent's filepath= (and xlakern's earlier path=); the folder loaders take file_patterns=None."""
+    x = rng.standard_normal(7).astype(np.float32)
+    name, prefix = unique_name("be_prefixed"), unique_name("be_prefix")
+    mod = xlakern.load_cpp_inline(name, ADD_TWO_SRC, target_prefix=prefix, replace=True)
+    for target in (f"{prefix}.add_two", f"{name}.add_two"):
+        assert target in xlakern.list_registered_targets()
+        np.testing.assert_allclose(_ffi_add_two(target, x), x + 2, rtol=1e-6)
+    np.testing.assert_allclose(mod.add_two(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)), x + 2, rtol=1e-6)
+    # loading the same module again with a second prefix adds that prefix's names too (BrainEvent does)
+    prefix2 = unique_name("be_prefix")
+    assert xlakern.load_cpp_inline(name, ADD_TWO_SRC, target_prefix=prefix2) is mod
+    np.testing.assert_allclose(_ffi_add_two(f"{prefix2}.add_two", x), x + 2, rtol=1e-6)
+    # auto_register=False: no prefixed names; the module still works and can be given one by hand
+    name3, prefix3 = unique_name("be_unregistered"), unique_name("be_prefix")
+    mod3 = xlakern.load_cpp_inline(name3, ADD_TWO_SRC.replace("2.0f", "3.0f"), auto_register=False,
+                                   target_prefix=prefix3)
+    assert f"{prefix3}.add_two" not in xlakern.list_registered_targets()
+    np.testing.assert_allclose(mod3.add_two(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)), x + 3, rtol=1e-6)
+    xlakern.register_ffi_target(f"{prefix3}.add_two", mod3, "add_two")
+    np.testing.assert_allclose(_ffi_add_two(f"{prefix3}.add_two", x), x + 3, rtol=1e-6)
+    # replace=True does not re-point a name loaded from other content
+    with pytest.raises(xlakern.RegistrationError, match="already registered from other content"):
+        xlakern.load_cpp_inline(name, ADD_TWO_SRC.replace("2.0f", "4.0f"), replace=True)
+    # a prefix whose names belong to another module's code is refused
+    with pytest.raises(xlakern.RegistrationError, match="already registered to other code"):
+        xlakern.load_cpp_inline(name3, ADD_TWO_SRC.replace("2.0f", "3.0f"), target_prefix=prefix)
+    for bad in ("", " p", 3):
+        with pytest.raises(xlakern.XlakernError, match="target_prefix must be a non-empty string"):
+            xlakern.load_cpp_inline(unique_name("be_bad_prefix"), ADD_TWO_SRC, target_prefix=bad)
+    # filepath= (BrainEvent's keyword) and path= (xlakern's earlier one)
+    src = tmp_path / "be_add_two.cc"
+    src.write_text(ADD_TWO_SRC)
+    by_filepath = xlakern.load_cpp_file(filepath=src, name=unique_name("be_file"))
+    by_path = xlakern.load_cpp_file(path=src, name=unique_name("be_file"))
+    for m in (by_filepath, by_path):
+        np.testing.assert_allclose(m.add_two(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)), x + 2, rtol=1e-6)
+    with pytest.raises(xlakern.OptionError, match="got both filepath= and path="):
+        xlakern.load_cpp_file(filepath=src, path=src)
+    # file_patterns=None: the default patterns; a pattern that is no list says so
+    by_dir = xlakern.load_cpp_dir(tmp_path, name=unique_name("be_dir"), file_patterns=None)
+    np.testing.assert_allclose(by_dir.add_two(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype)), x + 2, rtol=1e-6)
+    with pytest.raises(xlakern.XlakernError, match="file_patterns must be a list of glob patterns"):
+        xlakern.load_cpp_dir(tmp_path, name=unique_name("be_dir"), file_patterns=3)
+
+
+def test_jaxinfo_to_warpinfo_takes_brainevents_keyword():
+    pytest.importorskip("warp")
+    t = xlakern.jaxinfo_to_warpinfo(jax_info=jax.ShapeDtypeStruct((5, 2), jnp.float32))
+    assert t.ndim == 2
+
+
 def test_defjvp_on_an_xlacustomkernel_leaves_an_output_without_tangent(rng, on_cpu):
     mod = xlakern.load_cpp_inline(unique_name("be_two_out"), """
 // @xk double_and_sign arg ret ret

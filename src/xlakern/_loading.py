@@ -134,7 +134,31 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
           extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
           compute_capability: Any = None, allow_cuda_graph: bool = True,
           build_directory: str | os.PathLike | None = None, force_rebuild: bool = False,
-          verbose: bool = False, quiet: bool = False) -> CompiledModule:
+          verbose: bool = False, quiet: bool = False,
+          replace: bool = False, auto_register: bool = True, target_prefix: str | None = None) -> CompiledModule:
+    # `replace` changes nothing: XLA cannot re-point a registered target, so a module name loaded from
+    # other content raises RegistrationError either way (BrainEvent 0.3's `replace` is reserved alike).
+    del replace
+    if target_prefix is not None and (not isinstance(target_prefix, str) or not target_prefix
+                                      or target_prefix != target_prefix.strip()):
+        raise XlakernError(f"target_prefix must be a non-empty string without surrounding blanks (the targets are "
+                           f"'<target_prefix>.<function>'); got {target_prefix!r}")
+    module = _load_module(name, sources, functions, platform, optimization_level=optimization_level,
+                          use_fast_math=use_fast_math, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                          extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
+                          compute_capability=compute_capability, allow_cuda_graph=allow_cuda_graph,
+                          build_directory=build_directory, force_rebuild=force_rebuild, verbose=verbose, quiet=quiet)
+    if auto_register and target_prefix is not None and target_prefix != name:
+        for fn in module.entries:  # the same entry point under the same name again is a no-op
+            register_ffi_target(f"{target_prefix}.{fn}", module, fn)
+    return module
+
+
+def _load_module(name: str, sources: list[Source], functions: Any, platform: str, *, optimization_level: int,
+                 use_fast_math: bool, extra_cflags: Any, extra_cuda_cflags: Any, extra_ldflags: Any,
+                 extra_include_paths: Any, compute_capability: Any, allow_cuda_graph: bool,
+                 build_directory: str | os.PathLike | None, force_rebuild: bool, verbose: bool,
+                 quiet: bool) -> CompiledModule:
     _check_module_name(name)
     if not isinstance(optimization_level, int) or not 0 <= optimization_level <= 3:
         raise XlakernError(f"optimization_level must be 0, 1, 2 or 3; got {optimization_level!r}")
@@ -220,7 +244,15 @@ _CPP_OPTIONS_DOC = """
         build_directory: cache root for this module instead of :func:`get_cache_dir`.
         force_rebuild: compile even when the cache holds this build.
         verbose: print the compiler commands.
-        quiet: no "compiling …" line on stderr (also ``XLAKERN_QUIET=1``)."""
+        quiet: no "compiling …" line on stderr (also ``XLAKERN_QUIET=1``).
+        target_prefix: also register each entry point as the FFI target ``"<target_prefix>.<fn>"``
+            (for ``jax.ffi.ffi_call``), beside ``"<name>.<fn>"``, as BrainEvent 0.3 names them.
+        auto_register: ``False`` skips the ``target_prefix`` names (register names of your own with
+            :func:`register_ffi_target`). The module's own ``"<name>.<fn>"`` targets are always
+            registered: ``mod.fn(...)`` calls them, and a module name is unique in a process.
+        replace: accepted for BrainEvent 0.3's signature, and changes nothing. XLA cannot re-point a
+            registered target, so loading other content under a loaded name raises
+            :class:`RegistrationError` either way; load it under a new ``name``."""
 
 _CUDA_OPTIONS_DOC = _CPP_OPTIONS_DOC + """
         use_fast_math: compile with nvcc's ``--use_fast_math``.
@@ -244,6 +276,9 @@ _RETURNS_DOC = """
 
 
 _CUDA_ONLY_OPTIONS = frozenset(["use_fast_math", "extra_cuda_cflags", "compute_capability", "allow_cuda_graph"])
+# Keywords a loader also takes under an earlier name: xlakern's file loaders named their first argument
+# `path` before they took BrainEvent 0.3's `filepath`.
+_KEYWORD_ALIASES = {"path": "filepath"}
 
 
 def _with_option_check(fn: Any) -> Any:
@@ -252,9 +287,15 @@ def _with_option_check(fn: Any) -> Any:
     The signature seen by ``help()`` and IDEs stays ``fn``'s own (``functools.wraps``).
     """
     accepted = list(inspect.signature(fn).parameters)
+    aliases = {old: new for old, new in _KEYWORD_ALIASES.items() if new in accepted and old not in accepted}
 
     @functools.wraps(fn)
     def checked(*args: Any, **kwargs: Any) -> Any:
+        for old, new in aliases.items():
+            if old in kwargs:
+                if new in kwargs:
+                    raise OptionError(f"{fn.__name__}() got both {new}= and {old}= (the same argument)")
+                kwargs[new] = kwargs.pop(old)
         unknown = [k for k in kwargs if k not in accepted]
         if unknown:
             hints = []
@@ -301,7 +342,7 @@ def _dir_sources(directory: str | os.PathLike, file_patterns: Sequence[str]) -> 
     d = Path(directory).expanduser().resolve()
     if not d.is_dir():
         raise XlakernError(f"{d} is not a directory")
-    if isinstance(file_patterns, str) or not all(isinstance(p, str) for p in file_patterns):
+    if not isinstance(file_patterns, (list, tuple)) or not all(isinstance(p, str) for p in file_patterns):
         raise XlakernError(f"file_patterns must be a list of glob patterns such as ['*.cc']; got {file_patterns!r}")
     files = sorted({p for pat in file_patterns for p in d.glob(pat) if p.is_file()})
     if not files:
@@ -321,6 +362,7 @@ def load_cpp_inline(
         extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
         build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
         quiet: bool = False,
+        replace: bool = False, auto_register: bool = True, target_prefix: str | None = None,
 ) -> CompiledModule:
     """Compile C++ source text for the CPU and register its entry points with XLA.
 
@@ -345,11 +387,12 @@ def load_cpp_inline(
 
 @_with_option_check
 def load_cpp_file(
-        path: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+        filepath: str | os.PathLike, functions: Any = None, *, name: str | None = None,
         optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
         extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
         build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
         quiet: bool = False,
+        replace: bool = False, auto_register: bool = True, target_prefix: str | None = None,
 ) -> CompiledModule:
     """Like :func:`load_cpp_inline` for one C++ file.
 
@@ -358,10 +401,11 @@ def load_cpp_file(
         mod = xlakern.load_cpp_file("kernels/decay.cc")
 
     Args:
-        path: the source file.
+        filepath: the source file (also accepted as ``path=``).
         functions: entry points, as for :func:`load_cpp_inline`.
         name: module name (default: the file's stem)."""
-    return _load(name or _default_name(Path(path)), _file_sources([Path(path)]), functions, "cpu", **_build_options(locals()))
+    return _load(name or _default_name(Path(filepath)), _file_sources([Path(filepath)]), functions, "cpu",
+                 **_build_options(locals()))
 
 
 @_with_option_check
@@ -373,6 +417,7 @@ def load_cuda_inline(
         quiet: bool = False,
         use_fast_math: bool = False, extra_cuda_cflags: str | Sequence[str] | None = None, compute_capability: Any = None,
         allow_cuda_graph: bool = True,
+        replace: bool = False, auto_register: bool = True, target_prefix: str | None = None,
 ) -> CompiledModule:
     """Compile CUDA source text with nvcc for the GPU JAX uses and register its entry points.
 
@@ -393,13 +438,14 @@ def load_cuda_inline(
 
 @_with_option_check
 def load_cuda_file(
-        path: str | os.PathLike, functions: Any = None, *, name: str | None = None,
+        filepath: str | os.PathLike, functions: Any = None, *, name: str | None = None,
         optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
         extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
         build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
         quiet: bool = False,
         use_fast_math: bool = False, extra_cuda_cflags: str | Sequence[str] | None = None, compute_capability: Any = None,
         allow_cuda_graph: bool = True,
+        replace: bool = False, auto_register: bool = True, target_prefix: str | None = None,
 ) -> CompiledModule:
     """Like :func:`load_cuda_inline` for one ``.cu`` file.
 
@@ -408,22 +454,24 @@ def load_cuda_file(
         mod = xlakern.load_cuda_file("kernels/lif.cu", compute_capability="9.0")
 
     Args:
-        path: the source file.
+        filepath: the source file (also accepted as ``path=``).
         functions: entry points, as for :func:`load_cpp_inline`.
         name: module name (default: the file's stem)."""
-    return _load(name or _default_name(Path(path)), _file_sources([Path(path)]), functions, "cuda", **_build_options(locals()))
+    return _load(name or _default_name(Path(filepath)), _file_sources([Path(filepath)]), functions, "cuda",
+                 **_build_options(locals()))
 
 
 @_with_option_check
 def load_cuda_dir(
         directory: str | os.PathLike, functions: Any = None, *, name: str | None = None,
-        file_patterns: Sequence[str] = ("*.cu",),
+        file_patterns: Sequence[str] | None = None,
         optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
         extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
         build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
         quiet: bool = False,
         use_fast_math: bool = False, extra_cuda_cflags: str | Sequence[str] | None = None, compute_capability: Any = None,
         allow_cuda_graph: bool = True,
+        replace: bool = False, auto_register: bool = True, target_prefix: str | None = None,
 ) -> CompiledModule:
     """Compile every file of ``directory`` matching ``file_patterns`` (each its own translation
     unit, compiled in parallel) into one module.
@@ -436,19 +484,20 @@ def load_cuda_dir(
         directory: the folder holding the sources.
         functions: entry points, as for :func:`load_cpp_inline`.
         name: module name (default: the folder's name).
-        file_patterns: glob patterns of the files to compile (default ``("*.cu",)``)."""
-    d, sources = _dir_sources(directory, file_patterns)
+        file_patterns: glob patterns of the files to compile (``None``: ``("*.cu",)``)."""
+    d, sources = _dir_sources(directory, ("*.cu",) if file_patterns is None else file_patterns)
     return _load(name or _default_name(d), sources, functions, "cuda", **_build_options(locals()))
 
 
 @_with_option_check
 def load_cpp_dir(
         directory: str | os.PathLike, functions: Any = None, *, name: str | None = None,
-        file_patterns: Sequence[str] = ("*.cc", "*.cpp", "*.cxx"),
+        file_patterns: Sequence[str] | None = None,
         optimization_level: int = 3, extra_cflags: str | Sequence[str] | None = None,
         extra_ldflags: str | Sequence[str] | None = None, extra_include_paths: str | Sequence[str] | None = None,
         build_directory: str | os.PathLike | None = None, force_rebuild: bool = False, verbose: bool = False,
         quiet: bool = False,
+        replace: bool = False, auto_register: bool = True, target_prefix: str | None = None,
 ) -> CompiledModule:
     """Compile every C++ file of ``directory`` matching ``file_patterns`` for the CPU into one module.
 
@@ -466,8 +515,8 @@ def load_cpp_dir(
         directory: the folder holding the sources.
         functions: entry points, as for :func:`load_cpp_inline`.
         name: module name (default: the folder's name).
-        file_patterns: glob patterns of the files to compile (default ``("*.cc", "*.cpp", "*.cxx")``)."""
-    d, sources = _dir_sources(directory, file_patterns)
+        file_patterns: glob patterns of the files to compile (``None``: ``("*.cc", "*.cpp", "*.cxx")``)."""
+    d, sources = _dir_sources(directory, ("*.cc", "*.cpp", "*.cxx") if file_patterns is None else file_patterns)
     return _load(name or _default_name(d), sources, functions, "cpu", **_build_options(locals()))
 
 

@@ -69,7 +69,7 @@ def jaxtype_to_warptype(dtype: Any) -> Any:
     return getattr(warp, WARP_SCALARS[name])
 
 
-def jaxinfo_to_warpinfo(info: Any) -> Any:
+def jaxinfo_to_warpinfo(jax_info: Any) -> Any:
     """The Warp array type of a ``jax.ShapeDtypeStruct`` (or any object with shape and dtype):
     ``warp.array(dtype=<scalar>, ndim=len(shape))``, usable as a ``@warp.kernel`` annotation;
     its ``.dtype`` is the Warp scalar type.
@@ -83,10 +83,10 @@ def jaxinfo_to_warpinfo(info: Any) -> Any:
         t.dtype      # warp.float32
         t.ndim       # 1
     """
-    if not describes_array(info):
+    if not describes_array(jax_info):
         raise WarpTypeError(f"jaxinfo_to_warpinfo needs a jax.ShapeDtypeStruct (shape and dtype); "
-                            f"got {type(info).__name__}")
-    shape, dtype = info.shape, info.dtype
+                            f"got {type(jax_info).__name__}")
+    shape, dtype = jax_info.shape, jax_info.dtype
     if len(shape) == 0:
         raise WarpTypeError("a 0-d array cannot be a Warp array (Warp arrays have 1 to 4 dimensions); "
                             "describe the scalar as shape (1,) and index it with [0]")
