@@ -541,6 +541,77 @@ def test_slice_rows_is_the_dense_rows(rng, kind, shared):
         jax.jit(lambda W: W.slice_rows(jnp.array([1])).todense())(case.W)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shared", [False, True])
+def test_operators_and_row_indexing_as_brainevent(rng, kind, shared):
+    """BrainEvent 0.3's operators on a layout: abs and % on the stored entries; + and - (either side) the
+    dense result on CSR/CSC and the stored entries on fixed-count layouts; W[rows] the dense rows (an
+    int, a negative int, a list, a tuple, an array, a slice; under jit too); len() and iteration over
+    the rows. Against float64 numpy on a random layout."""
+    m, n = 23, 31
+    case = make_case(rng, kind, (m, n), 0.3, shared=shared)
+    W, dense, mask = case.W, case.dense, case.mask
+    other, scalar = rng.standard_normal((m, n)), float(rng.uniform(0.5, 2.0))
+    np.testing.assert_allclose(abs(W).todense(), np.abs(dense), **TOL)
+    assert type(abs(W)) is type(W)
+    np.testing.assert_allclose((W % 0.7).todense(), np.where(mask, np.mod(dense, 0.7), 0), **TOL)
+    for got, want_dense, want_stored in ((W + scalar, dense + scalar, np.where(mask, dense + scalar, 0)),
+                                         (scalar + W, dense + scalar, np.where(mask, dense + scalar, 0)),
+                                         (W - other, dense - other, np.where(mask, dense - other, 0)),
+                                         (other - W, other - dense, np.where(mask, other - dense, 0))):
+        if kind in ("CSR", "CSC"):
+            np.testing.assert_allclose(got, want_dense, **TOL)
+        else:
+            np.testing.assert_allclose(got.todense(), want_stored, **TOL)
+    assert len(W) == m
+    for index in (0, m - 1, -1, -m, [3, 0, 3, m - 1], (5, 2), np.array([7, -2]), jnp.array([1, 4]), slice(2, 19, 4),
+                  slice(None), []):
+        want = dense[np.asarray(index, np.int64) if isinstance(index, (list, tuple)) else index]
+        np.testing.assert_allclose(np.asarray(W[index], np.float64), want, **TOL, err_msg=repr(index))
+    np.testing.assert_allclose(np.stack([np.asarray(r, np.float64) for r in W]), dense, **TOL)
+    rows = jnp.array([m - 1, 2, -3])
+    np.testing.assert_allclose(jax.jit(lambda W, r: W[r])(W, rows), dense[np.asarray(rows)], **TOL)
+    for bad in (m, -m - 1, [0, m]):
+        with pytest.raises(IndexError, match="out of range"):
+            W[bad]
+    with pytest.raises(xlakern.EventIndexError, match="ints"):
+        W[0.5]
+
+
+@pytest.mark.parametrize("kind", KINDS + ["Dense"])
+def test_operators_keep_units(rng, kind):
+    u = pytest.importorskip("brainunit")
+    if kind == "Dense":
+        dense = rng.standard_normal((5, 8))
+        W, mask = xlakern.Dense(jnp.asarray(dense, jnp.float32) * u.mV), np.ones((5, 8), bool)
+    else:
+        case = make_case(rng, kind, (5, 8), 0.4)
+        dense, mask = case.dense, case.mask
+        W = type(case.W)((case.W.data * u.mV,) + case.W._arrays()[1:], shape=case.W.shape)
+    as_mv = lambda x: np.asarray((x.todense() if hasattr(x, "todense") else x).to_decimal(u.mV), np.float64)
+    np.testing.assert_allclose(as_mv(abs(W)), np.abs(dense), **TOL)
+    np.testing.assert_allclose(as_mv(W[1]), dense[1], **TOL)
+    summed = W + 0.5 * u.mV
+    want = dense + 0.5 if kind in ("CSR", "CSC", "Dense") else np.where(mask, dense + 0.5, 0)
+    np.testing.assert_allclose(as_mv(summed), want, **TOL)
+    for bad in (lambda: W + 0.5, lambda: 0.5 - W, lambda: W % (1 * u.second)):
+        with pytest.raises(xlakern.event.EventUnitError, match="unit"):
+            bad()
+
+
+def test_dense_indexing_and_iteration(rng):
+    d = rng.standard_normal((6, 4)).astype(np.float32)
+    W = xlakern.Dense(d)
+    assert len(W) == 6
+    np.testing.assert_array_equal(W[2], d[2])
+    np.testing.assert_array_equal(W[:, 1], d[:, 1])
+    np.testing.assert_array_equal(W[-1, 3], d[-1, 3])
+    np.testing.assert_array_equal(np.stack([np.asarray(r) for r in W]), d)
+    np.testing.assert_allclose((W % 0.5).todense(), np.mod(d, 0.5), rtol=1e-6, atol=1e-6)
+    with pytest.raises(IndexError, match="out of range"):
+        W[6]
+
+
 @pytest.mark.parametrize("cls", ["JITCUniformR", "JITCUniformC", "JITCNormalR", "JITCScalarC"])
 def test_jitc_dt2t_methods_list_the_generated_synapses(rng, cls):
     shape = (37, 29)

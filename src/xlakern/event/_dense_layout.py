@@ -23,7 +23,7 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _ops
 from . import _units
-from ._errors import EventShapeError, EventUnitError
+from ._errors import EventIndexError, EventShapeError, EventUnitError
 from ._layouts import CSC, CSR, DataRepresentation, _as_array, _shape_arg
 
 __all__ = ["Dense"]
@@ -218,23 +218,26 @@ class Dense(DataRepresentation):
     def _scale(self, other, op, name):
         return self.apply2(other, op)
 
-    def __add__(self, other):
-        return self.apply2(other, operator.add)
-
-    def __radd__(self, other):
-        return self.apply2(other, operator.add, reverse=True)
-
-    def __sub__(self, other):
-        return self.apply2(other, operator.sub)
-
-    def __rsub__(self, other):
-        return self.apply2(other, operator.sub, reverse=True)
-
+    # (+, - and % are the layouts' own: apply2 with one unit on both sides)
     def __rtruediv__(self, other):
         return self.apply2(other, operator.truediv, reverse=True)
 
     def __abs__(self):
         return self.apply(abs)
+
+    def __getitem__(self, index):
+        """NumPy indexing of the dense matrix (``W[i]`` a row, ``W[:, j]`` a column, ``W[i, j]`` an entry),
+        as BrainEvent 0.3's ``Dense`` does.
+
+        Example::
+
+            row = W[3]
+        """
+        first = index[0] if isinstance(index, tuple) and index else index
+        if isinstance(first, (int, np.integer)) and not -self.shape[0] <= first < self.shape[0]:
+            # (jax would clamp it to the last row)
+            raise EventIndexError(f"Dense[...]: row {first} is out of range for {self.shape[0]} rows")
+        return self.data[index]
 
     # -------------------------------------------------------------- products
     def _call(self, v, binary, weighted, mm, transpose):

@@ -14,12 +14,25 @@ from ..errors import UnsupportedOperationError, XlakernError
 
 # UnsupportedOperationError (a method a layout deliberately refuses, e.g. a plasticity update on a JITC
 # matrix, which stores no per-synapse weight) is xlakern's, defined with the other errors.
-__all__ = ["EventShapeError", "EventDTypeError", "EventUnitError", "IndexConversionError", "EventDependencyError",
-           "EventBufferError", "UnsupportedOperationError"]
+__all__ = ["EventShapeError", "EventIndexError", "EventDTypeError", "EventUnitError", "IndexConversionError",
+           "EventDependencyError", "EventBufferError", "UnsupportedOperationError"]
 
 
 class EventShapeError(XlakernError, ValueError):
     """An operand's shape does not fit the connectivity (the message names the argument and the shape expected)."""
+
+
+class EventIndexError(EventShapeError, IndexError):
+    """A row selector outside the matrix (``W[i]`` with ``i`` out of range) or not of integers. An
+    ``IndexError`` too, so ``for row in W`` stops at the last row.
+
+    Example::
+
+        try:
+            row = W[1000]
+        except IndexError:   # also xlakern.event.EventIndexError
+            row = None
+    """
 
 
 class EventDTypeError(XlakernError, TypeError):

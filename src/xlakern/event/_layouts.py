@@ -28,7 +28,7 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _ops
 from . import _units
-from ._errors import EventBufferError, EventDependencyError, EventShapeError, EventUnitError
+from ._errors import EventBufferError, EventDependencyError, EventIndexError, EventShapeError, EventUnitError
 from ._events import EventRepresentation, _raw
 from ._kernels import synapse_rows
 
@@ -44,6 +44,26 @@ def _warn_renamed(obj, old: str, new: str) -> None:
     import warnings
 
     warnings.warn(f"{type(obj).__name__}.{old} is deprecated; use .{new} instead.", DeprecationWarning, stacklevel=3)
+
+
+def _row_selector(who: str, index, nrows: int):
+    """``W[index]``'s rows: a 0-d array for an int (one row), else 1-d; negative ones wrap. Concrete rows
+    outside [0, nrows) raise; traced ones are left to the slice kernel, which gives rows of zeros."""
+    if isinstance(index, slice):
+        return jnp.arange(*index.indices(nrows), dtype=jnp.int32)
+    rows = jnp.asarray(index)
+    if rows.size == 0 and rows.ndim == 1:  # [] is float to jnp: no rows
+        rows = rows.astype(jnp.int32)
+    if not jnp.issubdtype(rows.dtype, jnp.integer) or rows.ndim > 1:
+        raise EventIndexError(f"{who}[...]: rows are selected by an int, a 1-D sequence or array of ints, or a "
+                              f"slice; got dtype {rows.dtype}, shape {tuple(rows.shape)}")
+    rows = jnp.where(rows < 0, rows + nrows, rows)
+    if not isinstance(rows, jax.core.Tracer):
+        concrete = np.asarray(rows)
+        if concrete.size and (concrete.min() < 0 or concrete.max() >= nrows):
+            raise EventIndexError(f"{who}[...]: row index out of range for {nrows} rows "
+                                  f"(got {np.asarray(index).tolist()})")
+    return rows
 
 
 def _concrete_rows(who: str, index, nrows: int) -> np.ndarray:
@@ -151,6 +171,60 @@ class DataRepresentation:
 
     def __pos__(self):
         return self
+
+    def __abs__(self):
+        return self._replace_data(abs(self.data))
+
+    # BrainEvent 0.3's other operators, through apply2: + and - with a CSR/CSC give the dense result (the
+    # zeros change); on fixed-count layouts they act on the stored entries, as BrainEvent's do. % keeps
+    # zeros zero, so it acts on the stored entries of every layout.
+    def _combine(self, other, fn, symbol, reverse=False):
+        # + - % need one unit on both sides (brainunit would raise its own error deep inside)
+        mine = _units.split(self.data)[1]
+        theirs = _units.split(other.data if isinstance(other, DataRepresentation) else other)[1]
+        if mine != theirs:
+            raise EventUnitError(f"{type(self).__name__} {symbol}: the other operand's unit ({theirs or 'none'}) "
+                                 f"differs from the weights' ({mine or 'none'}); convert one of them first")
+        return self.apply2(other, fn, reverse=reverse)
+
+    def __add__(self, other):
+        return self._combine(other, operator.add, "+")
+
+    def __radd__(self, other):
+        return self._combine(other, operator.add, "+", reverse=True)
+
+    def __sub__(self, other):
+        return self._combine(other, operator.sub, "-")
+
+    def __rsub__(self, other):
+        return self._combine(other, operator.sub, "-", reverse=True)
+
+    def __mod__(self, other):
+        return self._combine(other, operator.mod, "%")
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __iter__(self):  # the rows (a jax index past the end would clamp, not stop the iteration)
+        return (self[i] for i in range(self.shape[0]))
+
+    def __getitem__(self, index):
+        """Rows of the matrix as a dense array, as BrainEvent 0.3's layouts give them: ``W[i]`` is row
+        ``i`` (shape ``(n_cols,)``); a slice, a list or tuple, or an integer array gives those rows
+        (``(len(rows), n_cols)``). Negative rows count from the end; a concrete row outside the
+        matrix raises :class:`EventIndexError` (an ``IndexError``); traced rows outside it give zeros.
+        Works under ``jit``; the result is differentiable in the weights.
+
+        Example::
+
+            first, last = W[0], W[-1]
+            block = W[10:20]          # (10, n_cols)
+        """
+        rows = _row_selector(type(self).__name__, index, self.shape[0])
+        from ._csr_tools import csr_slice_rows
+
+        csr = self.tocsr()
+        return csr_slice_rows(csr.data, csr.indices, csr.indptr, rows, shape=self.shape, backend=self.backend)
 
     # -------------------------------------------------------------- products
     def _product(self, x, w_on_left: bool):
