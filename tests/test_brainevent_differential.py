@@ -1,7 +1,7 @@
 """The same BrainEvent 0.3 code on xlakern and on BrainEvent 0.3.0 itself (its CPU kernels), on fresh
 random inputs: products of every stored layout and event type in both orientations, the functional
 operators, per-synapse products, plasticity, delays, row slices, index conversions, bit packing,
-units and the layouts' operators. BrainEvent is the reference here (the other event tests check
+units, the layouts' operators and methods, and grad / vmap / jit of the products. BrainEvent is the reference here (the other event tests check
 xlakern against NumPy), so a convention BrainEvent has and xlakern misses fails a case.
 
 Runs where BrainEvent 0.3.0 imports (`make test` installs it). Left out, by design: JITC matrices
@@ -166,6 +166,42 @@ FUNCTION_CASES = {
     "bitpack axis 0": lambda L, x: L.bitpack(x.packable, 0),
     "BitPackedBinary @ dense": lambda L, x: L.BitPackedBinary(x.sm) @ x.W,
     "BitPackedBinary(matrix).value": lambda L, x: L.BitPackedBinary(x.packable).value,
+    "BitPackedBinary @ CSR": lambda L, x: L.BitPackedBinary(x.sm) @ L.CSR((x.d, x.i, x.p), shape=(M, N)),
+    "CSR @ BitPackedBinary": lambda L, x: L.CSR((x.d, x.i, x.p), shape=(M, N)) @ L.BitPackedBinary(x.sn),
+    "WeightedArray @ FixedNumPerPre": lambda L, x: L.WeightedArray(x.fm) @ L.FixedNumPerPre((x.fw, x.fidx),
+                                                                                           shape=(M, N)),
+    "binary_fcnmm": lambda L, x: L.binary_fcnmm(x.fw, x.fidx, x.Bn, shape=(M, N), transpose=False),
+    "fcnmv in nS and mV": lambda L, x: L.fcnmv(x.fw * u.nS, x.fidx, x.fn * u.mV, shape=(M, N), transpose=False),
+    "coo2csr": lambda L, x: L.coo2csr(np.asarray([0, 2, 1, 2]), np.asarray([1, 0, 3, 2]), shape=(3, 4)),
+    "coo_to_csc_index": lambda L, x: L.coo_to_csc_index(np.asarray([0, 2, 1, 2]), np.asarray([1, 0, 3, 2]),
+                                                        shape=(3, 4)),
+    "csc_to_csr_index": lambda L, x: L.csc_to_csr_index(np.asarray(x.p), np.asarray(x.i), shape=(N, M)),
+    "CSR.sum": lambda L, x: L.CSR((x.d, x.i, x.p), shape=(M, N)).sum(),
+    "FixedNumPerPre.sum": lambda L, x: L.FixedNumPerPre((x.fw, x.fidx), shape=(M, N)).sum(),
+    "CSR.dt2t": lambda L, x: L.CSR((x.d, x.i, x.p), shape=(M, N)).dt2t(x.fm, x.w_in),
+    "CSR.dt2t_transposed": lambda L, x: L.CSR((x.d, x.i, x.p), shape=(M, N)).dt2t_transposed(x.fn, x.w_in),
+    "CSR.slice_rows": lambda L, x: L.CSR((x.d, x.i, x.p), shape=(M, N)).slice_rows([4, 1]).todense(),
+    "CSR.delay_deliver": lambda L, x: L.CSR((x.w_in, x.i, x.p), shape=(M, N)).delay_deliver(x.ring, x.sm, x.delays, 3),
+    "CSR.diag_add": lambda L, x: L.CSR.fromdense(np.eye(6, dtype=np.float32) + np.triu(
+        np.ones((6, 6), np.float32), 2)).diag_add(x.tm[:6]).todense(),
+    "CSR.solve": lambda L, x: L.CSR.fromdense(np.eye(5, dtype=np.float32) * 3 + np.diag(
+        np.ones(4, np.float32), 1)).solve(x.tm[:5]),
+    "Dense.update_on_pre": lambda L, x: L.Dense(x.W_in).update_on_pre(x.sm, x.tn, -0.5, 0.8).todense(),
+    "Dense.T @ s": lambda L, x: L.Dense(x.W).T @ L.BinaryArray(x.sm),
+    "Dense.tocsr": lambda L, x: L.Dense(x.W * (x.W > 1)).tocsr().todense(),
+    # transformations
+    "grad of csrmv in data": lambda L, x: jax.grad(lambda d: L.csrmv(d, x.i, x.p, x.fn, shape=(M, N)).sum())(x.d),
+    "grad of s @ CSR in data": lambda L, x: jax.grad(
+        lambda d: (L.BinaryArray(x.sm) @ L.CSR((d, x.i, x.p), shape=(M, N))).sum())(x.d),
+    "grad of CSR @ v in v": lambda L, x: jax.grad(lambda v: (L.CSR((x.d, x.i, x.p), shape=(M, N)) @ v).sum())(x.fn),
+    "grad of s @ FCN in weights": lambda L, x: jax.grad(
+        lambda w: (L.BinaryArray(x.sm) @ L.FixedNumPerPre((w, x.fidx), shape=(M, N))).sum())(x.fw),
+    "grad of update_csr_on_binary_pre in the trace": lambda L, x: jax.grad(
+        lambda t: L.update_csr_on_binary_pre(x.w_in, x.i, x.p, x.sm, t, -0.5, 0.8, shape=(M, N)).sum())(x.tn),
+    "vmap of s @ CSR": lambda L, x: jax.vmap(lambda s: L.BinaryArray(s) @ L.CSR((x.d, x.i, x.p), shape=(M, N)))(
+        x.Bm.T),
+    "jit of s @ FCN": lambda L, x: jax.jit(
+        lambda s: L.BinaryArray(s) @ L.FixedNumPerPre((x.fw, x.fidx), shape=(M, N)))(x.sm),
 }
 
 
