@@ -16,9 +16,10 @@ $(DEPS_STAMP): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
-	# BrainEvent 0.3.0: the reference of tests/test_brainevent_differential.py (xlakern never imports it).
-	# It declares Python >= 3.12, but its Python code runs on 3.11; what it needs is installed above.
-	$(PY) -m pip install -q --no-deps --ignore-requires-python brainevent==0.3.0
+	# BrainEvent 0.3.0, the reference of tests/test_brainevent_differential.py, and brainstate 0.6.0, whose
+	# event layers tests/test_network.py runs on both (xlakern imports neither). They declare Python >= 3.12,
+	# but their Python code runs on 3.11; what they need is installed above.
+	$(PY) -m pip install -q --no-deps --ignore-requires-python brainevent==0.3.0 brainstate==0.6.0
 	touch $@
 
 # Rebuilt every time: scikit-build-core keeps $(BUILD_ROOT) so only changed files recompile.

@@ -178,7 +178,7 @@ np.savez(sys.argv[2], *out)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("brainstate") is None or importlib.util.find_spec("brainevent") is None,
-                    reason="brainstate and BrainEvent are not installed (they need Python >= 3.12)")
+                    reason="brainstate and BrainEvent are not installed (make test installs them)")
 def test_brainstate_layers_give_the_same_output_on_xlakern(tmp_path):
     results = {}
     for lib in ("brainevent", "xlakern"):
