@@ -160,26 +160,47 @@ lib = sys.argv[1]
 if lib == "xlakern":
     import xlakern
     xlakern.install_as_brainevent()
-import brainevent, brainstate, jax, jax.numpy as jnp
+import brainevent, brainstate, brainunit as u, jax, jax.numpy as jnp
 assert (brainevent.__name__ == "xlakern") == (lib == "xlakern")
 brainstate.random.seed(7)
-out = []
+rng = np.random.default_rng(3)
+spikes = lambda key, shape, p=0.2: jax.random.bernoulli(jax.random.PRNGKey(key), p, shape)
+out = {}
+# fixed-count rows (afferent_ratio 1) and CSR rows (0.6); event and float inputs; one step and a batch of 4
 # (brainstate 0.6 refuses efferent_target="pre" itself, on any backend)
-for n_in, n_out, prob, w, target in ((800, 500, 0.1, 0.3, "post"), (300, 1200, 0.05, 1.5, "post")):
-    layer = brainstate.nn.EventFixedProb(n_in, n_out, conn_num=prob, conn_weight=w, efferent_target=target,
-                                         seed=11)
-    spk = jax.random.bernoulli(jax.random.PRNGKey(n_in), 0.2, (n_in,))
-    out.append(np.asarray(layer(spk)))
-lin = brainstate.nn.EventLinear(200, 100, jnp.asarray(np.random.default_rng(5).standard_normal((200, 100)), jnp.float32))
-spk = jax.random.bernoulli(jax.random.PRNGKey(9), 0.3, (200,))
-out.append(np.asarray(lin(spk)))
-np.savez(sys.argv[2], *out)
+for n_in, n_out, prob, w, ratio in ((800, 500, 0.1, 0.3, 1.0), (300, 1200, 0.05, 1.5, 1.0), (400, 300, 0.1, 0.7, 0.6)):
+    layer = brainstate.nn.EventFixedProb(n_in, n_out, conn_num=prob, conn_weight=w, afferent_ratio=ratio, seed=11)
+    out[f"event {n_in} {ratio}"] = layer(spikes(n_in, (n_in,)))
+    out[f"event batch {n_in} {ratio}"] = layer(spikes(n_in + 1, (4, n_in)))
+    dense_in = brainstate.nn.FixedNumConn(n_in, n_out, conn_num=prob, conn_weight=w, afferent_ratio=ratio, seed=12)
+    out[f"float {n_in} {ratio}"] = dense_in(jax.random.normal(jax.random.PRNGKey(n_in), (n_in,)))
+# per-synapse weights in mS
+w = jnp.asarray(rng.uniform(0.1, 1.0, (200, 20)), jnp.float32) * u.mS
+got = brainstate.nn.EventFixedProb(200, 150, conn_num=20, conn_weight=w, seed=5)(spikes(3, (200,)))
+assert got.unit == u.mS, got.unit
+out["in mS"] = got.to_decimal(u.mS)
+# the gradient of a loss in the layer's weights, and the layer under brainstate's jit
+layer = brainstate.nn.EventFixedProb(300, 100, conn_num=0.1,
+                                     conn_weight=jnp.asarray(rng.uniform(0.1, 1.0, (300, 10)), jnp.float32), seed=9)
+s = spikes(4, (300,)).astype(jnp.float32)
+target = jnp.asarray(rng.standard_normal(100), jnp.float32)
+grads = brainstate.transform.grad(lambda: jnp.sum((layer(s) - target) ** 2), layer.states(brainstate.ParamState))()
+out["grad"] = jnp.concatenate([jnp.ravel(g) for g in jax.tree_util.tree_leaves(grads)])
+out["jit"] = brainstate.transform.jit(lambda x: layer(x))(s)
+lin = brainstate.nn.EventLinear(200, 100, jnp.asarray(rng.standard_normal((200, 100)), jnp.float32))
+out["linear"] = lin(spikes(9, (200,), 0.3))
+out["linear, float spikes"] = lin(jax.random.normal(jax.random.PRNGKey(2), (200,)) * spikes(10, (200,), 0.3))
+np.savez(sys.argv[2], **{k: np.asarray(v) for k, v in out.items()})
 """
 
 
 @pytest.mark.skipif(importlib.util.find_spec("brainstate") is None or importlib.util.find_spec("brainevent") is None,
                     reason="brainstate and BrainEvent are not installed (make test installs them)")
 def test_brainstate_layers_give_the_same_output_on_xlakern(tmp_path):
+    """brainstate 0.6's event layers, run once on BrainEvent 0.3.0 and once with ``import brainevent``
+    resolving to xlakern, in fresh processes: EventFixedProb on fixed-count and CSR rows (afferent_ratio),
+    single steps and batches, FixedNumConn on float inputs, weights in mS, a gradient in the weights,
+    brainstate's jit and EventLinear. Every output must match."""
     results = {}
     for lib in ("brainevent", "xlakern"):
         path = tmp_path / f"{lib}.npz"
@@ -187,7 +208,8 @@ def test_brainstate_layers_give_the_same_output_on_xlakern(tmp_path):
                              text=True, timeout=600, env={**os.environ, "XLAKERN_QUIET": "1"})
         assert out.returncode == 0, out.stderr[-4000:]
         results[lib] = np.load(path)
+    assert results["brainevent"].files == results["xlakern"].files
     for k in results["brainevent"].files:
         ref = results["brainevent"][k]
-        assert np.abs(ref).sum() > 0
-        np.testing.assert_allclose(results["xlakern"][k], ref, rtol=1e-5, atol=1e-5)
+        assert np.abs(ref).sum() > 0, k
+        np.testing.assert_allclose(results["xlakern"][k], ref, rtol=1e-5, atol=1e-5, err_msg=k)
