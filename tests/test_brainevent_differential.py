@@ -35,7 +35,8 @@ class Inputs:
 
     def __init__(self, rng, homo):
         mask = rng.random((M, N)) < 0.2
-        mask[rng.integers(0, M, 4)] = False  # empty rows
+        mask[rng.choice(np.arange(5, M - 1), 4, replace=False)] = False  # empty rows, none of those W[...] reads
+        mask[1] = True  # every column has a synapse, so every row of the transposed layouts has one
         r, c = np.nonzero(mask)
         ptr = np.zeros(M + 1, np.int32)
         np.cumsum(np.bincount(r, minlength=M), out=ptr[1:])
@@ -44,7 +45,9 @@ class Inputs:
         self.w_in = jnp.asarray(rng.uniform(-0.5, 0.8, r.size).astype(np.float32))  # inside the bounds
         self.i, self.p = jnp.asarray(c.astype(np.int32)), jnp.asarray(ptr)
         self.delays = jnp.asarray(rng.integers(1, LAGS, r.size).astype(np.int32))
-        self.fidx = jnp.asarray(np.stack([rng.choice(N, K, replace=False) for _ in range(M)]).astype(np.int32))
+        fidx = np.stack([rng.choice(N, K, replace=False) for _ in range(M)])
+        fidx[1] = np.concatenate([[0, 3, N - 1], rng.choice(np.arange(4, N - 1), K - 3, replace=False)])
+        self.fidx = jnp.asarray(fidx.astype(np.int32))  # (row 1 reaches the columns W[...] reads transposed)
         self.fidx_post = jnp.asarray(np.stack([rng.choice(M, K, replace=False) for _ in range(N)]).astype(np.int32))
         self.fw = jnp.asarray([np.float32(0.7)]) if homo else jnp.asarray(rng.standard_normal((M, K)), jnp.float32)
         self.fw_in = jnp.asarray(rng.uniform(-0.5, 0.8, (M, K)).astype(np.float32))
