@@ -225,6 +225,9 @@ class Dense(DataRepresentation):
     def __abs__(self):
         return self.apply(abs)
 
+    def __iter__(self):
+        return (self.data[i] for i in range(self.shape[0]))
+
     def __getitem__(self, index):
         """NumPy indexing of the dense matrix (``W[i]`` a row, ``W[:, j]`` a column, ``W[i, j]`` an entry),
         as BrainEvent 0.3's ``Dense`` does.

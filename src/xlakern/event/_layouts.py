@@ -205,8 +205,10 @@ class DataRepresentation:
     def __len__(self):
         return self.shape[0]
 
-    def __iter__(self):  # the rows (a jax index past the end would clamp, not stop the iteration)
-        return (self[i] for i in range(self.shape[0]))
+    def __iter__(self):
+        # the rows; regrouped once, not per row, and stopping at the last (a jax index past it would clamp)
+        csr = self.tocsr()
+        return (csr[i] for i in range(self.shape[0]))
 
     def __getitem__(self, index):
         """Rows of the matrix as a dense array, as BrainEvent 0.3's layouts give them: ``W[i]`` is row
