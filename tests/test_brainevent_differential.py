@@ -169,6 +169,7 @@ FUNCTION_CASES = {
     "bitpack axis 0": lambda L, x: L.bitpack(x.packable, 0),
     "BitPackedBinary @ dense": lambda L, x: L.BitPackedBinary(x.sm) @ x.W,
     "BitPackedBinary(matrix).value": lambda L, x: L.BitPackedBinary(x.packable).value,
+    "repr of BinaryArray and WeightedArray": lambda L, x: (repr(L.BinaryArray(x.sm)), repr(L.WeightedArray(x.fm))),
     "BitPackedBinary @ CSR": lambda L, x: L.BitPackedBinary(x.sm) @ L.CSR((x.d, x.i, x.p), shape=(M, N)),
     "CSR @ BitPackedBinary": lambda L, x: L.CSR((x.d, x.i, x.p), shape=(M, N)) @ L.BitPackedBinary(x.sn),
     "WeightedArray @ FixedNumPerPre": lambda L, x: L.WeightedArray(x.fm) @ L.FixedNumPerPre((x.fw, x.fidx),

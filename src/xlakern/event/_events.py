@@ -63,8 +63,8 @@ class EventRepresentation:
     def transpose(self, *axes):
         return self._value.transpose(*axes)
 
-    def __repr__(self):
-        return f"{type(self).__name__}(value={self._value!r})"
+    def __repr__(self):  # BrainEvent 0.3's form, so printed tutorials read the same
+        return f"{type(self).__name__}(value={self._value}, dtype={self.dtype})"
 
     def __len__(self):
         return len(self._value)
