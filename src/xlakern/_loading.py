@@ -130,12 +130,9 @@ def _conflict_message(name: str, detail: str) -> str:
 
 
 def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
-          optimization_level: int = 3, use_fast_math: bool = False, extra_cflags: Any = None,
-          extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
-          compute_capability: Any = None, allow_cuda_graph: bool = True,
-          build_directory: str | os.PathLike | None = None, force_rebuild: bool = False,
-          verbose: bool = False, quiet: bool = False,
-          replace: bool = False, auto_register: bool = True, target_prefix: str | None = None) -> CompiledModule:
+          replace: bool = False, auto_register: bool = True, target_prefix: str | None = None,
+          **build_options: Any) -> CompiledModule:
+    """_load_module, then the registration options BrainEvent 0.3's loaders take."""
     # `replace` changes nothing: XLA cannot re-point a registered target, so a module name loaded from
     # other content raises RegistrationError either way (BrainEvent 0.3's `replace` is reserved alike).
     del replace
@@ -143,22 +140,19 @@ def _load(name: str, sources: list[Source], functions: Any, platform: str, *,
                                       or target_prefix != target_prefix.strip()):
         raise XlakernError(f"target_prefix must be a non-empty string without surrounding blanks (the targets are "
                            f"'<target_prefix>.<function>'); got {target_prefix!r}")
-    module = _load_module(name, sources, functions, platform, optimization_level=optimization_level,
-                          use_fast_math=use_fast_math, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
-                          extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
-                          compute_capability=compute_capability, allow_cuda_graph=allow_cuda_graph,
-                          build_directory=build_directory, force_rebuild=force_rebuild, verbose=verbose, quiet=quiet)
+    module = _load_module(name, sources, functions, platform, **build_options)
     if auto_register and target_prefix is not None and target_prefix != name:
         for fn in module.entries:  # the same entry point under the same name again is a no-op
             register_ffi_target(f"{target_prefix}.{fn}", module, fn)
     return module
 
 
-def _load_module(name: str, sources: list[Source], functions: Any, platform: str, *, optimization_level: int,
-                 use_fast_math: bool, extra_cflags: Any, extra_cuda_cflags: Any, extra_ldflags: Any,
-                 extra_include_paths: Any, compute_capability: Any, allow_cuda_graph: bool,
-                 build_directory: str | os.PathLike | None, force_rebuild: bool, verbose: bool,
-                 quiet: bool) -> CompiledModule:
+def _load_module(name: str, sources: list[Source], functions: Any, platform: str, *,
+                 optimization_level: int = 3, use_fast_math: bool = False, extra_cflags: Any = None,
+                 extra_cuda_cflags: Any = None, extra_ldflags: Any = None, extra_include_paths: Any = None,
+                 compute_capability: Any = None, allow_cuda_graph: bool = True,
+                 build_directory: str | os.PathLike | None = None, force_rebuild: bool = False,
+                 verbose: bool = False, quiet: bool = False) -> CompiledModule:
     _check_module_name(name)
     if not isinstance(optimization_level, int) or not 0 <= optimization_level <= 3:
         raise XlakernError(f"optimization_level must be 0, 1, 2 or 3; got {optimization_level!r}")
@@ -520,8 +514,8 @@ def load_cpp_dir(
     return _load(name or _default_name(d), sources, functions, "cpu", **_build_options(locals()))
 
 
-# Keyword options of _load, which the loaders above pass on by name.
-_LOAD_OPTIONS = frozenset(p.name for p in inspect.signature(_load).parameters.values()
+# Keyword options of _load and _load_module, which the loaders above pass on by name.
+_LOAD_OPTIONS = frozenset(p.name for f in (_load, _load_module) for p in inspect.signature(f).parameters.values()
                           if p.kind is inspect.Parameter.KEYWORD_ONLY)
 for _loader, _options_doc in [(load_cpp_inline, _CPP_OPTIONS_DOC), (load_cpp_file, _CPP_OPTIONS_DOC),
                               (load_cuda_inline, _CUDA_OPTIONS_DOC), (load_cuda_file, _CUDA_OPTIONS_DOC),

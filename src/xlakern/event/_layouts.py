@@ -46,42 +46,34 @@ def _warn_renamed(obj, old: str, new: str) -> None:
     warnings.warn(f"{type(obj).__name__}.{old} is deprecated; use .{new} instead.", DeprecationWarning, stacklevel=3)
 
 
-def _row_selector(who: str, index, nrows: int):
+def _row_selector(what: str, index, nrows: int):
     """``W[index]``'s rows: a 0-d array for an int (one row), else 1-d; negative ones wrap. Concrete rows
-    outside [0, nrows) raise; traced ones are left to the slice kernel, which gives rows of zeros."""
+    outside [0, nrows) raise; traced ones are left to the slice kernel, which gives rows of zeros.
+    ``what`` names the caller in messages (``"CSR[...]"``)."""
     if isinstance(index, slice):
         return jnp.arange(*index.indices(nrows), dtype=jnp.int32)
     rows = jnp.asarray(index)
     if rows.size == 0 and rows.ndim == 1:  # [] is float to jnp: no rows
         rows = rows.astype(jnp.int32)
     if not jnp.issubdtype(rows.dtype, jnp.integer) or rows.ndim > 1:
-        raise EventIndexError(f"{who}[...]: rows are selected by an int, a 1-D sequence or array of ints, or a "
+        raise EventIndexError(f"{what}: rows are selected by an int, a 1-D sequence or array of ints, or a "
                               f"slice; got dtype {rows.dtype}, shape {tuple(rows.shape)}")
     rows = jnp.where(rows < 0, rows + nrows, rows)
     if not isinstance(rows, jax.core.Tracer):
         concrete = np.asarray(rows)
         if concrete.size and (concrete.min() < 0 or concrete.max() >= nrows):
-            raise EventIndexError(f"{who}[...]: row index out of range for {nrows} rows "
+            raise EventIndexError(f"{what}: row index out of range for {nrows} rows "
                                   f"(got {np.asarray(index).tolist()})")
     return rows
 
 
 def _concrete_rows(who: str, index, nrows: int) -> np.ndarray:
-    """Row numbers from an int, sequence, array or slice (negative ones count from the end)."""
-    if isinstance(index, slice):
-        return np.arange(nrows)[index]
-    try:
-        rows = np.atleast_1d(np.asarray(jax.device_get(index)))
-    except Exception:  # a tracer
+    """slice_rows' rows, read as :func:`_row_selector` reads them, as a 1-d NumPy array: they must be
+    known now, since the result's synapse count depends on them."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(index)):
         raise EventShapeError(f"{who}.slice_rows: the row index must be concrete (the result's synapse count "
-                              f"depends on it); call it outside jax.jit") from None
-    if not np.issubdtype(rows.dtype, np.integer) or rows.ndim != 1:
-        raise EventShapeError(f"{who}.slice_rows: rows must be integers (an int, a 1-D sequence or a slice); "
-                              f"got dtype {rows.dtype}, shape {rows.shape}")
-    if rows.size and (rows.min() < -nrows or rows.max() >= nrows):
-        raise EventShapeError(f"{who}.slice_rows: row index out of range for {nrows} rows: "
-                              f"[{rows.min()}, {rows.max()}]")
-    return np.where(rows < 0, rows + nrows, rows).astype(np.int64)
+                              f"depends on it); call it outside jax.jit")
+    return np.atleast_1d(np.asarray(_row_selector(f"{who}.slice_rows", index, nrows))).astype(np.int64)
 
 
 class DataRepresentation:
@@ -222,7 +214,7 @@ class DataRepresentation:
             first, last = W[0], W[-1]
             block = W[10:20]          # (10, n_cols)
         """
-        rows = _row_selector(type(self).__name__, index, self.shape[0])
+        rows = _row_selector(f"{type(self).__name__}[...]", index, self.shape[0])
         from ._csr_tools import csr_slice_rows
 
         csr = self.tocsr()

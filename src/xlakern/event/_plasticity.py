@@ -8,8 +8,9 @@ neurons are read or written, and the kernels update the weight buffer in place
 (``input_output_aliases``): inside a jitted training loop XLA reuses the buffer instead of
 copying the weights every step. ``w_min``/``w_max`` default to no bound and clip only the
 synapses an update touches (BrainEvent 0.3 clips every weight, which reads and writes all of them;
-the results agree whenever the weights start inside the bounds). Traces and bounds are converted to the weights' unit. Updates are
-differentiable with respect to the weights, the trace and the bounds (forward and reverse mode).
+the results agree whenever the weights start inside the bounds). Traces and bounds are converted to
+the weights' unit. Updates are differentiable with respect to the weights, the trace and the bounds
+(forward and reverse mode).
 
 Example::
 
