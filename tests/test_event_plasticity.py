@@ -3,6 +3,8 @@ every layout; in-place aliasing; untouched synapses; errors; deprecated names.""
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -253,3 +255,71 @@ def test_grad_wrt_weights_trace_and_bounds(backend, rng):
             jnp.asarray(data), jnp.asarray(trace))
         np.testing.assert_allclose(g_csr[0].reshape(N_PRE, N_POST), want[0], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(g_csr[1], want[1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spike_dtype", [np.bool_, np.float32])
+@pytest.mark.parametrize("shape,density,k", [((500_000, 64), 0.03, 3), ((300, 5_000), 0.1, 400)])
+def test_gpu_updates_of_many_rows_and_long_rows_match_numpy(shape, density, k, spike_dtype, dtype):
+    """Every layout's GPU update against NumPy in float64, one step: 500k rows (warps that cover up to
+    32 rows each) and rows of ~500 synapses (several rounds of a warp's 128), weights pushed past both
+    bounds, CSR columns out of range (skipped)."""
+    rng = np.random.default_rng()
+    n_pre, n_post = shape
+    mask = rng.random(shape) < density
+    mask[1] = False  # an empty row
+    w = np.where(mask, rng.uniform(0.2, 0.8, shape), 0.0).astype(dtype)
+    data, indices, indptr, csc_idx, csc_ptr, perm = csr_of(mask, w)
+    bad = indices.copy()
+    bad[::97] = n_post  # out of range: the update skips these synapses
+
+    def spikes(n):
+        on = rng.random(n) < 0.05
+        return on, (on if spike_dtype is np.bool_ else np.where(on, rng.uniform(0.5, 2.0, n), 0.0).astype(spike_dtype))
+
+    pre_on, pre = spikes(n_pre)
+    post_on, post = spikes(n_post)
+    pre_trace = rng.uniform(-0.3, 0.3, n_pre).astype(dtype)
+    post_trace = rng.uniform(-0.3, 0.3, n_post).astype(dtype)
+    f64 = lambda a: np.asarray(a, np.float64)
+    clip = lambda a: np.clip(a, W_MIN, W_MAX)
+
+    want_pre = f64(data).copy()
+    rows = np.repeat(np.arange(n_pre), np.diff(indptr))
+    hit = pre_on[rows] & (bad < n_post)
+    want_pre[hit] = clip(want_pre[hit] + f64(post_trace)[bad[hit]])
+    want_post = f64(data).copy()
+    hit = post_on[np.repeat(np.arange(n_post), np.diff(csc_ptr))]
+    want_post[perm[hit]] = clip(want_post[perm[hit]] + f64(pre_trace)[csc_idx[hit]])
+    want_dense_pre = np.where(pre_on[:, None], clip(f64(w) + f64(post_trace)[None, :]), f64(w))
+    want_dense_post = np.where(post_on[None, :], clip(f64(w) + f64(pre_trace)[:, None]), f64(w))
+    fix_post_idx = rng.integers(0, n_post, (n_pre, k)).astype(np.int32)
+    fix_post = rng.uniform(0.2, 0.8, (n_pre, k)).astype(dtype)
+    want_fix_post = np.where(pre_on[:, None], clip(f64(fix_post) + f64(post_trace)[fix_post_idx]), f64(fix_post))
+    fix_pre_idx = rng.integers(0, n_pre, (n_post, k)).astype(np.int32)
+    fix_pre = rng.uniform(0.2, 0.8, (n_post, k)).astype(dtype)
+    want_fix_pre = np.where(post_on[:, None], clip(f64(fix_pre) + f64(pre_trace)[fix_pre_idx]), f64(fix_pre))
+
+    kw = dict(w_min=W_MIN, w_max=W_MAX, shape=shape)
+    with (x64() if dtype is np.float64 else contextlib.nullcontext()), jax.default_device(jax.devices("gpu")[0]):
+        cases = {
+            "csr pre": (xlakern.update_csr_on_binary_pre(jnp.asarray(data), bad, indptr, pre, post_trace, **kw),
+                        want_pre, data),
+            "csr post": (xlakern.update_csr_on_binary_post(jnp.asarray(data), csc_idx, csc_ptr, perm, pre_trace,
+                                                           post, **kw), want_post, data),
+            "dense pre": (xlakern.update_dense_on_binary_pre(jnp.asarray(w), pre, post_trace, W_MIN, W_MAX),
+                          want_dense_pre, w),
+            "dense post": (xlakern.update_dense_on_binary_post(jnp.asarray(w), pre_trace, post, W_MIN, W_MAX),
+                           want_dense_post, w),
+            "fixed post": (xlakern.update_fixed_post_conn_on_binary_pre(jnp.asarray(fix_post), fix_post_idx, pre,
+                                                                        post_trace, **kw), want_fix_post, fix_post),
+            "fixed pre": (xlakern.update_fixed_pre_conn_on_binary_post(jnp.asarray(fix_pre), fix_pre_idx, pre_trace,
+                                                                       post, **kw), want_fix_pre, fix_pre),
+        }
+        for name, (got, want, before) in cases.items():
+            assert got.dtype == dtype, name
+            assert list(got.devices())[0].platform == "gpu", name
+            assert (want != f64(before)).any(), name  # the update changed weights (some clipped)
+            tol = 1e-12 if dtype is np.float64 else 1e-6
+            np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol, err_msg=name)

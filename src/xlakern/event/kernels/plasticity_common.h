@@ -26,25 +26,41 @@ XK_HOST_DEVICE inline A clip(A x, A lo, A hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
-// Updates the synapses of (active) row r: those at offsets first, first + step, ... of the row
-// (CPU: 0 and 1; a CUDA warp: its lane and 32).
-template <typename W, typename I>
-XK_HOST_DEVICE inline void update_row(W* w, const I* idx, const I* indptr, const I* perm, const W* trace, W lo, W hi,
-                                      const Rows& g, int64_t r, int64_t first, int64_t step) {
+// The synapses of row r are p in [begin, end): row_range's slots, or the columns [0, ncols) of a dense row.
+template <typename I>
+XK_HOST_DEVICE inline void row_slots(const I* indptr, const Rows& g, int64_t r, int64_t& begin, int64_t& end) {
   if (g.mode == kDense) {
-    for (int64_t c = first; c < g.ncols; c += step) {
-      W& x = w[r * g.row_stride + c * g.col_stride];
-      x = clip(W(x + trace[c]), lo, hi);
-    }
-    return;
+    begin = 0;
+    end = g.ncols;
+  } else {
+    xk_event::row_range(indptr, g.nconn, g.nse, r, begin, end);
   }
-  int64_t begin, end;
-  xk_event::row_range(indptr, g.nconn, g.nse, r, begin, end);
-  for (int64_t p = begin + first; p < end; p += step) {
-    const int64_t c = int64_t(idx[p]);
-    const int64_t pos = g.permuted ? int64_t(perm[p]) : p;
-    if (uint64_t(c) >= uint64_t(g.ncols) || uint64_t(pos) >= uint64_t(g.nse)) continue;  // out of range: skipped
-    w[pos] = clip(W(w[pos] + trace[c]), lo, hi);
+}
+
+// Synapse p of row r: its column c and its weight's position pos. False where either is out of range:
+// that synapse is skipped (the policy of every platform).
+template <typename I>
+XK_HOST_DEVICE inline bool locate(const I* idx, const I* perm, const Rows& g, int64_t r, int64_t p, int64_t& c,
+                                  int64_t& pos) {
+  if (g.mode == kDense) {
+    c = p;
+    pos = r * g.row_stride + p * g.col_stride;
+    return true;
+  }
+  c = int64_t(idx[p]);
+  pos = g.permuted ? int64_t(perm[p]) : p;
+  return uint64_t(c) < uint64_t(g.ncols) && uint64_t(pos) < uint64_t(g.nse);
+}
+
+// Updates the synapses of (active) row r one after another (the CPU's walk; the GPU's warps issue a
+// round's loads together instead, plasticity_cuda.cu).
+template <typename W, typename I>
+inline void update_row(W* w, const I* idx, const I* indptr, const I* perm, const W* trace, W lo, W hi, const Rows& g,
+                       int64_t r) {
+  int64_t begin, end, c, pos;
+  row_slots(indptr, g, r, begin, end);
+  for (int64_t p = begin; p < end; ++p) {
+    if (locate(idx, perm, g, r, p, c, pos)) w[pos] = clip(W(w[pos] + trace[c]), lo, hi);
   }
 }
 

@@ -20,7 +20,7 @@ void update(W* w, const I* idx, const I* indptr, const I* perm, const S* spk, co
   xk::parallel_for(g.nrows, 64, [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; ++r) {
       if (!rule.active(spk[r])) continue;
-      update_row(w, idx, indptr, perm, trace, lo, hi, g, r, 0, 1);
+      update_row(w, idx, indptr, perm, trace, lo, hi, g, r);
     }
   });
 }

@@ -1,11 +1,16 @@
-// CUDA kernel of the plasticity updates (see plasticity_common.h and plasticity_cpu.cc):
-// one warp per row; a warp whose neuron did not spike returns at once, an active one updates
-// its row's synapses lane by lane. Rows own disjoint synapses, so no atomics are needed.
+// CUDA kernel of the plasticity updates (see plasticity_common.h and plasticity_cpu.cc). A warp
+// covers a few rows (rows_per_warp, the scatter's rule): its lanes read those rows' spikes in one
+// coalesced load, and it walks the active ones in turn, 128 synapses a round with every load of the
+// round issued before the first store. Inactive rows then cost a fraction of a warp, not a warp each
+// (a launch of one warp a row spent most of a small step scheduling warps that return at once), and an
+// active row of up to 128 synapses costs one round of memory latency. Rows own disjoint synapses, so no
+// atomics are needed.
 
 #include <cuda_runtime.h>
 #include <cstdint>
 
 #include "event_common.h"
+#include "event_sparse_cuda.cuh"
 #include "plasticity_common.h"
 
 namespace {
@@ -13,15 +18,53 @@ namespace {
 using namespace xk_event;
 using namespace xk_plastic;
 
-constexpr int kThreads = 256;
+constexpr int kRound = 4;  // synapses a lane loads before it stores: 128 a warp a round
 
+template <typename W, typename I>
+__device__ inline void update_row_warp(W* w, const I* idx, const I* indptr, const I* perm, const W* trace, W lo,
+                                       W hi, const Rows& g, int64_t r, int lane) {
+  int64_t begin, end;
+  row_slots(indptr, g, r, begin, end);
+  for (int64_t p0 = begin; p0 < end; p0 += kRound * 32) {
+    int64_t c[kRound], pos[kRound];
+    bool ok[kRound];
+#pragma unroll
+    for (int u = 0; u < kRound; ++u) {
+      const int64_t p = p0 + u * 32 + lane;
+      ok[u] = p < end && locate(idx, perm, g, r, p, c[u], pos[u]);
+    }
+    W x[kRound], t[kRound];
+#pragma unroll
+    for (int u = 0; u < kRound; ++u) {
+      if (ok[u]) {
+        x[u] = w[pos[u]];
+        t[u] = trace[c[u]];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRound; ++u)
+      if (ok[u]) w[pos[u]] = clip(W(x[u] + t[u]), lo, hi);
+  }
+}
+
+// (kThreads, a block's, is the sparse kernels' 256: event_sparse_cuda.cuh)
 template <typename W, typename I, typename S, bool B>
-__global__ void update_kernel(W* w, const I* idx, const I* indptr, const I* perm, const S* spk, const W* trace,
-                              const W* bounds, Rows g, SpikeRule<S, B> rule) {
-  const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= g.nrows || !rule.active(spk[r])) return;
-  update_row(w, idx, indptr, perm, trace, bounds[0], bounds[1], g, r, lane, 32);
+__global__ void __launch_bounds__(kThreads) update_kernel(W* w, const I* idx, const I* indptr, const I* perm,
+                                                          const S* spk, const W* trace, const W* bounds, Rows g,
+                                                          SpikeRule<S, B> rule, int rows_per_warp) {
+  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
+  const int lane = int(threadIdx.x) & 31;
+  if (first_row >= g.nrows) return;  // (the whole warp)
+  const int64_t mine = first_row + lane;
+  const bool on = lane < rows_per_warp && mine < g.nrows && rule.active(spk[mine]);
+  unsigned pending = __ballot_sync(0xffffffffu, on);
+  if (pending == 0) return;
+  const W lo = bounds[0], hi = bounds[1];
+  while (pending) {
+    const int src = __ffs(pending) - 1;
+    pending &= pending - 1;
+    update_row_warp(w, idx, indptr, perm, trace, lo, hi, g, first_row + src, lane);
+  }
 }
 
 }  // namespace
@@ -38,7 +81,9 @@ void plastic_update(const xk::Tensor weight, const xk::Tensor indices, const xk:
   if (out.data_ptr() != weight.data_ptr())
     XK_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), weight.data_ptr(), weight.nbytes(), cudaMemcpyDeviceToDevice, st));
   if (g.nrows == 0 || g.nse == 0) return;
-  const unsigned blocks = unsigned((g.nrows * 32 + kThreads - 1) / kThreads);
+  const int rows_per_warp = scatter_rows_per_warp(g.nrows, 1);
+  const int64_t warps = (g.nrows + rows_per_warp - 1) / rows_per_warp;
+  const unsigned blocks = unsigned((warps * 32 + kThreads - 1) / kThreads);
   auto run = [&](auto wt) {
     using W = typename decltype(wt)::type;
     dispatch_index(indices.dtype(), [&](auto it) {
@@ -48,7 +93,8 @@ void plastic_update(const xk::Tensor weight, const xk::Tensor indices, const xk:
         const I* ptr = (mode == kDense || nconn >= 0) ? nullptr : indptr.data_ptr<I>();
         update_kernel<<<blocks, kThreads, 0, st>>>(out.data_ptr<W>(), indices.data_ptr<I>(), ptr,
                                                    permuted ? perm.data_ptr<I>() : nullptr, spikes.data_ptr<S>(),
-                                                   trace.data_ptr<W>(), bounds.data_ptr<W>(), g, rule);
+                                                   trace.data_ptr<W>(), bounds.data_ptr<W>(), g, rule,
+                                                   rows_per_warp);
       });
     });
   };
