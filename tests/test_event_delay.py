@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -134,3 +136,37 @@ def test_gpu_delay_matches_numpy():
         got = jax_run(lambda ring, ev, t: xlakern.csr_delay_deliver(ring, ev, data, cols, indptr, delays, t,
                                                                      shape=(N_PRE, N_POST)), events)
     np.testing.assert_allclose(got, numpy_run(rows, cols, data, delays, events, False), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,density", [((500_000, 64), 0.03), ((300, 5_000), 0.1)])
+def test_gpu_delivery_over_many_rows_and_long_rows_matches_numpy(shape, density, dtype, weighted):
+    """One delivery on the GPU against NumPy in float64: 500k rows (warps that cover up to 32 rows
+    each) and rows of ~500 synapses (several rounds of a warp's 128), columns out of range skipped."""
+    rng = np.random.default_rng()
+    n_pre, n_post = shape
+    mask = rng.random(shape) < density
+    mask[1] = False  # an empty row
+    rows, cols = np.nonzero(mask)
+    indptr = np.concatenate([[0], np.cumsum(mask.sum(1))]).astype(np.int32)
+    cols = cols.astype(np.int32)
+    cols[::97] = n_post  # out of range: skipped
+    data = rng.standard_normal(rows.size).astype(dtype)
+    delays = rng.integers(1, L, rows.size).astype(np.int32)
+    on = rng.random(n_pre) < 0.05
+    ev = np.where(on, rng.uniform(0.5, 2.0, n_pre), 0.0).astype(dtype) if weighted else on
+    ring0 = rng.standard_normal((L, n_post)).astype(dtype)
+    t = int(rng.integers(0, 1000))
+    want = ring0.astype(np.float64)
+    hit = on[rows] & (cols < n_post)
+    factor = np.asarray(ev, np.float64)[rows[hit]] if weighted else 1.0
+    np.add.at(want, ((t + delays[hit]) % L, cols[hit]), data[hit].astype(np.float64) * factor)
+    with (x64() if dtype is np.float64 else contextlib.nullcontext()), jax.default_device(jax.devices("gpu")[0]):
+        got = xlakern.csr_delay_deliver(jnp.asarray(ring0), ev, data, cols, indptr, delays, t, shape=shape,
+                                        weighted=weighted)
+        assert got.dtype == dtype and list(got.devices())[0].platform == "gpu"
+        assert np.abs(want - ring0).max() > 0.1  # the delivery changed the ring
+        tol = 1e-10 if dtype is np.float64 else 2e-5
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)

@@ -1,11 +1,14 @@
-// CUDA kernel of synaptic delays (see delay_common.h): one warp per presynaptic row; inactive
-// rows return at once, active ones add their synapses into the ring with atomics (rows share
-// ring entries). t is read on the device, so a traced step counter costs no copy.
+// CUDA kernel of synaptic delays (see delay_common.h). A warp covers a few presynaptic rows
+// (rows_per_warp, the scatter's rule): one coalesced load reads their events, and the warp walks the
+// active rows in turn, 128 synapses a round with the round's loads issued before its atomic adds (rows
+// share ring entries). Inactive rows cost a fraction of a warp, not a warp each. t is read on the
+// device, so a traced step counter costs no copy.
 
 #include <cuda_runtime.h>
 #include <cstdint>
 
 #include "event_common.h"
+#include "event_sparse_cuda.cuh"
 #include "delay_common.h"
 
 namespace {
@@ -13,23 +16,41 @@ namespace {
 using namespace xk_event;
 using namespace xk_delay;
 
-constexpr int kThreads = 256;
+constexpr int kRound = 4;  // synapses a lane loads before its adds: 128 a warp a round
 
+// (kThreads, a block's, is the sparse kernels' 256: event_sparse_cuda.cuh)
 template <typename W, typename I, typename S, bool B>
-__global__ void deliver_kernel(W* ring, const S* ev, const W* data, const I* idx, const I* indptr,
-                               const int32_t* delays, const int32_t* t, Ring g, SpikeRule<S, B> rule) {
-  const int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= g.nrows || !rule.active(ev[r])) return;
-  const W f = rule.template value<W>(ev[r]);
+__global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev, const W* data, const I* idx,
+                                                           const I* indptr, const int32_t* delays, const int32_t* t,
+                                                           Ring g, SpikeRule<S, B> rule, int rows_per_warp) {
+  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
+  const int lane = int(threadIdx.x) & 31;
+  if (first_row >= g.nrows) return;  // (the whole warp)
+  const int64_t mine = first_row + lane;
+  const S x = lane < rows_per_warp && mine < g.nrows ? ev[mine] : S(0);
+  unsigned pending = __ballot_sync(0xffffffffu, rule.active(x));
+  if (pending == 0) return;
   const int64_t t0 = floor_mod(int64_t(*t), g.nslots);
-  int64_t begin, end;
-  row_range(indptr, -1, g.nse, r, begin, end);
-  for (int64_t e = begin + lane; e < end; e += 32) {
-    const int64_t c = int64_t(idx[e]);
-    if (uint64_t(c) >= uint64_t(g.ncols)) continue;
-    const int64_t slot = floor_mod(t0 + floor_mod(delays[e], g.nslots), g.nslots);
-    atomicAdd(ring + slot * g.ncols + c, (g.homo ? data[0] : data[e]) * f);
+  while (pending) {
+    const int src = __ffs(pending) - 1;
+    pending &= pending - 1;
+    const W f = __shfl_sync(0xffffffffu, rule.template value<W>(x), src);
+    int64_t begin, end;
+    row_range(indptr, -1, g.nse, first_row + src, begin, end);
+    for (int64_t e0 = begin; e0 < end; e0 += kRound * 32) {
+      int64_t c[kRound], slot[kRound];
+      W w[kRound];
+#pragma unroll
+      for (int u = 0; u < kRound; ++u) {
+        const int64_t e = e0 + u * 32 + lane;
+        c[u] = e < end ? int64_t(idx[e]) : int64_t(-1);
+        slot[u] = e < end ? floor_mod(t0 + floor_mod(delays[e], g.nslots), g.nslots) : 0;
+        w[u] = e < end ? (g.homo ? data[0] : data[e]) : W(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kRound; ++u)
+        if (uint64_t(c[u]) < uint64_t(g.ncols)) atomicAdd(ring + slot[u] * g.ncols + c[u], w[u] * f);  // else skipped
+    }
   }
 }
 
@@ -44,7 +65,9 @@ void delay_deliver(const xk::Tensor ring, const xk::Tensor events, const xk::Ten
   if (out.data_ptr() != ring.data_ptr())
     XK_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), ring.data_ptr(), ring.nbytes(), cudaMemcpyDeviceToDevice, st));
   if (out.numel() == 0 || g.nrows == 0) return;
-  const unsigned blocks = unsigned((g.nrows * 32 + kThreads - 1) / kThreads);
+  const int rows_per_warp = scatter_rows_per_warp(g.nrows, 1);
+  const int64_t warps = (g.nrows + rows_per_warp - 1) / rows_per_warp;
+  const unsigned blocks = unsigned((warps * 32 + kThreads - 1) / kThreads);
   auto run = [&](auto wt) {
     using W = typename decltype(wt)::type;
     dispatch_index(indices.dtype(), [&](auto it) {
@@ -53,7 +76,8 @@ void delay_deliver(const xk::Tensor ring, const xk::Tensor events, const xk::Ten
         using S = typename decltype(stag)::type;
         deliver_kernel<<<blocks, kThreads, 0, st>>>(out.data_ptr<W>(), events.data_ptr<S>(), data.data_ptr<W>(),
                                                     indices.data_ptr<I>(), indptr.data_ptr<I>(),
-                                                    delays.data_ptr<int32_t>(), t.data_ptr<int32_t>(), g, rule);
+                                                    delays.data_ptr<int32_t>(), t.data_ptr<int32_t>(), g, rule,
+                                                    rows_per_warp);
       });
     });
   };
