@@ -43,7 +43,10 @@ def test_bench_event2_sections_run(tmp_path):
     assert "| 600 | 20 |" in text and "| 600 | 80 |" in text  # the JITC row (K = 20) and the plasticity row (K = 80)
     text = _run(["bench/bench_event2.py", "--platforms", "cpu", "--sizes", "600", "--sections", "plasticity",
                  "--runs", "1", "--budget", "0.05"], tmp_path)
-    assert "plasticity" in text and "JITC products" not in text
+    assert "plasticity" in text and "on post" in text and "JITC products" not in text
+    text = _run(["bench/bench_event2.py", "--platforms", "cpu", "--sizes", "600", "--sections", "delay",
+                 "--runs", "1", "--budget", "0.05"], tmp_path)
+    assert "delays per step" in text and "| 600 | 80 |" in text and "CSR plasticity per step" not in text
 
 
 def test_bench_network_runs(tmp_path):
