@@ -39,6 +39,21 @@ def test_every_brainevent_0_3_name_resolves_or_says_why_not():
             assert name in dir(xlakern), f"{name} resolves but dir(xlakern) does not list it"
 
 
+@pytest.mark.parametrize("name, replacement", [
+    ("COO", "xlakern.CSR"), ("binary_coomv", "coo2csr"), ("update_coo_on_binary_post_p", "xlakern.CSC"),
+    ("bitpack_binary_fcnmv", "BitPackedBinary"), ("compact_binary_fcnmm_p", "binary_fcnmm"),
+    ("EllLayout", "FixedNumPerPre"), ("CscLayout", "FixedNumPerPost"),
+])
+def test_names_brainevent_retired_in_0_1_say_what_replaced_them(name, replacement):
+    """BrainEvent 0.3 answers these with an AttributeError naming the migration; so does xlakern, naming
+    its own replacement, and hasattr stays False (the names are in neither library's __all__)."""
+    assert name in xlakern._not_provided.RETIRED and name not in brainevent_names()
+    with pytest.raises(xlakern.NotProvidedError, match=rf"xlakern\.{name} is not provided: .*{replacement}"):
+        getattr(xlakern, name)
+    assert not hasattr(xlakern, name)
+    assert name not in dir(xlakern)
+
+
 def test_names_file_is_brainevent_0_3_0s_all():
     brainevent = pytest.importorskip("brainevent")
     if brainevent.__version__ != "0.3.0":

@@ -191,7 +191,7 @@ def __getattr__(name):
         return event
     if name in _EVENT_NAMES:
         return getattr(event, name)
-    if name in _not_provided.REASONS:
+    if name in _not_provided.REASONS or name in _not_provided.RETIRED:
         raise NotProvidedError(_not_provided.message(name, __name__))
     return event.resolve_deprecated(name, vars(event), __name__)
 
