@@ -385,6 +385,42 @@ def test_deprecated_names_warn_and_resolve():
         xlakern.no_such_name  # noqa: B018
 
 
+@pytest.mark.parametrize("cls", ["BinaryArray", "WeightedArray"])
+def test_event_array_products_with_misshapen_operands_raise_math_errors(rng, cls):
+    """As BrainEvent 0.3 does, an event array times an operand it cannot multiply raises MathError
+    (xlakern's EventMatmulError, also an EventShapeError); a product that fits still matches jnp."""
+    from xlakern.event import EventMatmulError, EventShapeError
+
+    wrap = getattr(xlakern, cls)
+    W = rng.standard_normal((3, 2))
+    bad = {
+        r"events must be 1-D or 2-D; got shape \(\)": lambda: wrap(jnp.array(1.0)) @ W,
+        r"events must be 1-D or 2-D; got shape \(2, 2, 3\)": lambda: wrap(jnp.ones((2, 2, 3))) @ W,
+        r"incompatible shapes \(4,\) and \(3, 2\) \(inner dimensions 4 and 3": lambda: wrap(jnp.ones(4)) @ W,
+        r"incompatible shapes \(3, 2\) and \(3,\) \(inner dimensions 2 and 3": lambda: W @ wrap(jnp.ones(3)),
+        r"matrix @ .*: incompatible shapes \(4, 2\) and \(3, 5\)": lambda: np.ones((4, 2)) @ wrap(jnp.ones((3, 5))),
+        r"the matrix must be 2-D; got shape \(3,\)": lambda: wrap(jnp.ones(3)) @ jnp.ones(3),
+        r"the matrix must be 2-D; got shape \(2, 3, 3\)": lambda: jnp.ones((2, 3, 3)) @ wrap(jnp.ones(3)),
+    }
+    for pattern, product in bad.items():
+        with pytest.raises(xlakern.MathError, match=pattern) as err:
+            product()
+        assert isinstance(err.value, EventMatmulError) and isinstance(err.value, EventShapeError)
+    s = np.where(rng.random((2, 3)) < 0.5, rng.uniform(0.5, 2.0, (2, 3)), 0.0)
+    scale = s if cls == "WeightedArray" else (s != 0)
+    np.testing.assert_allclose(wrap(jnp.asarray(s)) @ W, scale @ W, rtol=1e-5, atol=1e-6)
+
+
+def test_weighted_events_must_be_real():
+    from xlakern.event import EventDTypeError
+
+    with pytest.raises(EventDTypeError, match="boolean, integer or floating-point; got complex64") as err:
+        xlakern.WeightedArray(jnp.zeros(3, jnp.complex64))
+    assert isinstance(err.value, TypeError)
+    for dtype in (jnp.bool_, jnp.int8, jnp.float16, jnp.float32):
+        assert xlakern.WeightedArray(jnp.ones(3, dtype)).value.dtype == dtype
+
+
 def test_bad_inputs_raise_named_errors(rng):
     from xlakern.event import EventDTypeError, EventShapeError
 

@@ -10,16 +10,30 @@ Example::
 
 from __future__ import annotations
 
-from ..errors import UnsupportedOperationError, XlakernError
+from ..errors import MathError, UnsupportedOperationError, XlakernError
 
 # UnsupportedOperationError (a method a layout deliberately refuses, e.g. a plasticity update on a JITC
 # matrix, which stores no per-synapse weight) is xlakern's, defined with the other errors.
-__all__ = ["EventShapeError", "EventIndexError", "EventDTypeError", "EventUnitError", "IndexConversionError",
+__all__ = ["EventShapeError", "EventMatmulError", "EventIndexError", "EventDTypeError", "EventUnitError", "IndexConversionError",
            "EventDependencyError", "EventBufferError", "UnsupportedOperationError"]
 
 
 class EventShapeError(XlakernError, ValueError):
     """An operand's shape does not fit the connectivity (the message names the argument and the shape expected)."""
+
+
+class EventMatmulError(EventShapeError, MathError):
+    """An event array multiplied with an operand it cannot multiply: events that are not 1-D or 2-D, a
+    matrix that is not 2-D, or inner dimensions that differ. Also a ``MathError``, which BrainEvent 0.3
+    raises there, so code that catches that keeps working.
+
+    Example::
+
+        try:
+            y = xlakern.BinaryArray(s) @ W
+        except xlakern.MathError:   # also xlakern.event.EventMatmulError
+            ...
+    """
 
 
 class EventIndexError(EventShapeError, IndexError):

@@ -19,7 +19,7 @@ import numpy as np
 from jax.tree_util import register_pytree_node_class
 
 from . import _units
-from ._errors import EventShapeError
+from ._errors import EventDTypeError, EventMatmulError, EventShapeError
 
 __all__ = ["EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary"]
 
@@ -116,9 +116,19 @@ class EventRepresentation:
         return ~self._value
 
     # ------------------------------------------------------------------ products
-    def _check_nd(self):
+    def _check_dense_product(self, matrix, events_left: bool):
+        """The shapes of ``self @ matrix`` (events_left) or ``matrix @ self`` for a dense matrix."""
+        name = type(self).__name__
+        where = f"{name} @ matrix" if events_left else f"matrix @ {name}"
         if self.ndim not in (1, 2):
-            raise EventShapeError(f"{type(self).__name__} @: events must be 1-D or 2-D; got shape {self.shape}")
+            raise EventMatmulError(f"{where}: events must be 1-D or 2-D; got shape {self.shape}")
+        shape = np.shape(_units.split(matrix)[0])
+        if len(shape) != 2:
+            raise EventMatmulError(f"{where}: the matrix must be 2-D; got shape {shape}")
+        left, right = (tuple(self.shape), shape) if events_left else (shape, tuple(self.shape))
+        if left[-1] != right[0]:
+            raise EventMatmulError(f"{where}: incompatible shapes {left} and {right} (inner dimensions {left[-1]} "
+                                   f"and {right[0]} differ)")
 
     def __matmul__(self, other):
         from ._layouts import DataRepresentation
@@ -128,14 +138,10 @@ class EventRepresentation:
             return other.__rmatmul__(self)
         if isinstance(other, EventRepresentation):
             return NotImplemented
-        self._check_nd()
-        w = other
-        if np.ndim(_units.split(w)[0]) != 2:
-            raise EventShapeError(f"{type(self).__name__} @ matrix: the matrix must be 2-D; got shape "
-                                  f"{np.shape(_units.split(w)[0])}")
+        self._check_dense_product(other, events_left=True)
         if self.ndim == 1:
-            return _ops.binary_densemv(w, self._value, transpose=True, weighted=self._weighted)
-        return _ops.binary_densemm(w, self._value.T, transpose=True, weighted=self._weighted).T
+            return _ops.binary_densemv(other, self._value, transpose=True, weighted=self._weighted)
+        return _ops.binary_densemm(other, self._value.T, transpose=True, weighted=self._weighted).T
 
     def __rmatmul__(self, other):
         from ._layouts import DataRepresentation
@@ -143,10 +149,7 @@ class EventRepresentation:
 
         if isinstance(other, DataRepresentation):
             return other.__matmul__(self)
-        self._check_nd()
-        if np.ndim(_units.split(other)[0]) != 2:
-            raise EventShapeError(f"matrix @ {type(self).__name__}: the matrix must be 2-D; got shape "
-                                  f"{np.shape(_units.split(other)[0])}")
+        self._check_dense_product(other, events_left=False)
         fn = _ops.binary_densemv if self.ndim == 1 else _ops.binary_densemm
         return fn(other, self._value, transpose=False, weighted=self._weighted)
 
@@ -179,6 +182,14 @@ class WeightedArray(EventRepresentation):
 
     __module__ = "xlakern"
     _weighted = True
+
+    def __init__(self, value: Any):
+        super().__init__(value)
+        dtype = getattr(self._value, "dtype", None)
+        if dtype is not None and not (jnp.issubdtype(dtype, jnp.bool_) or jnp.issubdtype(dtype, jnp.integer)
+                                      or jnp.issubdtype(dtype, jnp.floating)):
+            raise EventDTypeError(f"WeightedArray values must be boolean, integer or floating-point; got {dtype} "
+                                  f"(its values multiply the weights)")
 
 
 def bitpack(arr, axis: int = 0):
