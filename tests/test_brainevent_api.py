@@ -54,6 +54,29 @@ def test_names_brainevent_retired_in_0_1_say_what_replaced_them(name, replacemen
     assert name not in dir(xlakern)
 
 
+def test_brainevent_backend_names_select_xlakerns_kernels(rng, on_cpu):
+    """backend='jax_raw' / 'numba' (BrainEvent 0.3's names) run xlakern's jnp / C++ kernels of every
+    event operator, and the product is the same."""
+    import xlakern.event
+
+    ops = xlakern.get_primitives_by_tags("event")
+    assert len(ops) > 30
+    for op in ops.values():
+        for alias, backend in xlakern.event.BRAINEVENT_BACKENDS.items():
+            assert f"{alias} -> {backend}" in repr(op), op.name
+    n_rows, n_cols = 7, int(rng.integers(50, 5000))  # a fresh shape: each backend generates its kernel anew
+    dense = np.where(rng.random((n_rows, n_cols)) < 0.3, rng.standard_normal((n_rows, n_cols)), 0.0).astype(np.float32)
+    W = xlakern.CSR.fromdense(jnp.asarray(dense))
+    s = rng.random(n_rows) < 0.5
+    op = xlakern.binary_csrmv_p
+    for alias, backend in (("jax_raw", "jnp"), ("numba", "cpp")):
+        before = op.generator_calls.get(("cpu", backend), 0)
+        out = xlakern.binary_csrmv(W.data, W.indices, W.indptr, s, shape=(n_rows, n_cols), transpose=True,
+                                   backend=alias)
+        assert op.generator_calls.get(("cpu", backend), 0) == before + 1, alias
+        np.testing.assert_allclose(out, s.astype(np.float64) @ dense, rtol=1e-5, atol=1e-5)
+
+
 def test_names_file_is_brainevent_0_3_0s_all():
     brainevent = pytest.importorskip("brainevent")
     if brainevent.__version__ != "0.3.0":

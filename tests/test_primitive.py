@@ -240,6 +240,30 @@ def test_selection_errors_list_what_is_registered(rng):
 
 
 @pytest.mark.usefixtures("on_cpu")
+def test_backend_alias_selects_its_backend_everywhere_a_name_is_taken(rng):
+    op = xlakern.XLACustomKernel(unique_name("alias"))
+    op.def_kernel("plus1", "cpu", lambda outs: lambda x: x + 1)
+    op.def_kernel("plus2", "cpu", lambda outs: lambda x: x + 2)
+    op.def_backend_alias("other_name", "plus2")
+    x = jnp.asarray(rng.standard_normal(8).astype(np.float32))
+    xs = np.asarray(x, np.float64)
+    run = lambda **kw: np.asarray(jax.jit(lambda x: op(x, outs=[SDS(x.shape, x.dtype)], **kw)[0])(x))
+    np.testing.assert_allclose(run(), xs + 1, rtol=1e-6)
+    np.testing.assert_allclose(run(backend="other_name"), xs + 2, rtol=1e-6)
+    op.set_default("cpu", "other_name")
+    assert op.get_default("cpu") == "plus2"
+    np.testing.assert_allclose(run(), xs + 2, rtol=1e-6)
+    assert "aliases: other_name -> plus2" in repr(op)
+    with pytest.raises(xlakern.XlakernError, match="'plus1' is a registered backend"):
+        op.def_backend_alias("plus1", "plus2")
+    with pytest.raises(xlakern.XlakernError, match="non-empty strings"):
+        op.def_backend_alias("", "plus2")
+    op.def_backend_alias("dangling", "missing")  # names a backend the op does not have: refused when called
+    with pytest.raises(xlakern.BackendError, match="unknown backend 'missing'"):
+        run(backend="dangling")
+
+
+@pytest.mark.usefixtures("on_cpu")
 def test_generator_and_tracing_errors_name_op_backend_and_alternatives():
     op = xlakern.XLACustomKernel(unique_name("broken"))
 

@@ -188,6 +188,7 @@ class XLACustomKernel:
         # that lowering the same call again built nothing.
         self.generator_calls: dict[tuple[str, str], int] = {}
         self.tags: frozenset[str] = frozenset()
+        self._aliases: dict[str, str] = {}  # def_backend_alias: another name -> a backend's
         _registry.add(self)
 
     def __repr__(self) -> str:
@@ -292,6 +293,22 @@ class XLACustomKernel:
         """
         self.def_kernel("cuda", "gpu", generator, asdefault)
 
+    def def_backend_alias(self, alias: str, backend: str) -> None:
+        """Let ``backend=alias`` select the ``backend`` kernel: a name another library gives the same
+        kind of kernel, so that calls written for it keep working.
+
+        Example::
+
+            op.def_backend_alias("jax_raw", "jnp")   # op(..., backend="jax_raw") runs the jnp kernel
+        """
+        if not (isinstance(alias, str) and alias and isinstance(backend, str) and backend):
+            raise XlakernError(f"{self.name}.def_backend_alias: alias and backend must be non-empty strings; got "
+                               f"{alias!r}, {backend!r}")
+        with self._lock:
+            if any(alias in table for table in self._kernels.values()):
+                raise XlakernError(f"{self.name}.def_backend_alias: '{alias}' is a registered backend, not an alias")
+            self._aliases[alias] = backend
+
     def set_default(self, platform: str, backend: str) -> None:
         """Make ``backend`` this op's default on ``platform`` (takes effect in jitted code too).
 
@@ -300,6 +317,7 @@ class XLACustomKernel:
             op.set_default("cpu", "cpp")
         """
         platform = _config.canonical_platform(platform)
+        backend = self._aliases.get(backend, backend)
         with self._lock:
             if backend not in self._kernels.get(platform, {}):
                 raise BackendError(f"{self.name}.set_default: no '{backend}' kernel for platform '{platform}'. "
@@ -415,6 +433,7 @@ class XLACustomKernel:
         if backend is not None:
             if not isinstance(backend, str):
                 raise CallError(f"{self.name}: backend= must be a backend name or None; got {backend!r}")
+            backend = self._aliases.get(backend, backend)
             if not any(backend in t for t in self._kernels.values()):
                 raise BackendError(f"{self.name}: unknown backend '{backend}'. Registered: {self._describe()}")
         arrays = [x if isinstance(x, (jax.Array, _compat.Tracer)) else jnp.asarray(x) for x in ins]
@@ -436,6 +455,8 @@ class XLACustomKernel:
         for p, table in self._kernels.items():
             d = self.get_default(p)
             parts.append(f"{p}: [{', '.join(b + (' (default)' if b == d else '') for b in table)}]")
+        if self._aliases:
+            parts.append("aliases: " + ", ".join(f"{a} -> {b}" for a, b in self._aliases.items()))
         return "; ".join(parts)
 
     def _resolve(self, platform: str, backend: Optional[str], selection) -> str:

@@ -134,3 +134,20 @@ from ._csr_tools import (  # noqa: E402
 from . import _csr_tools as _csr_tools_module, _dt2t as _dt2t_module  # noqa: E402
 
 __all__ += [*_dt2t_module.__all__, *_csr_tools_module.__all__]
+
+# BrainEvent 0.3's backend names, for code that passes backend= to an operator: its pure-JAX reference
+# selects xlakern's (jnp), its CPU kernels (Numba) xlakern's C++ ones, and each of its GPU kernels (raw
+# CUDA, Numba-CUDA, Pallas, Warp, cuSPARSE, TVM FFI) xlakern's one CUDA kernel of that operator.
+BRAINEVENT_BACKENDS = {"jax_raw": "jnp", "numba": "cpp", "cuda_raw": "cuda", "numba_cuda": "cuda", "pallas": "cuda",
+                       "warp": "cuda", "cusparse": "cuda", "tvmffi": "cuda"}
+
+
+def _alias_brainevent_backends() -> None:
+    from .._registry import get_primitives_by_tags
+
+    for op in get_primitives_by_tags("event").values():
+        for alias, backend in BRAINEVENT_BACKENDS.items():
+            op.def_backend_alias(alias, backend)
+
+
+_alias_brainevent_backends()
