@@ -421,6 +421,47 @@ def test_weighted_events_must_be_real():
         assert xlakern.WeightedArray(jnp.ones(3, dtype)).value.dtype == dtype
 
 
+def test_event_products_return_the_weights_dtype_and_dense_operands_promote(rng, on_cpu):
+    """As in BrainEvent 0.3: a product with events (binary or weighted, of any dtype) and the functional
+    operators return the weights' dtype, so float64 events under x64 keep a float32 network float32 (a
+    scan carry included); a layout times a plain dense array follows jnp (float32 weights times a
+    float64 array compute and return float64)."""
+    with x64():
+        dense = np.where(rng.random((12, 9)) < 0.4, rng.standard_normal((12, 9)), 0.0).astype(np.float32)
+        d64 = dense.astype(np.float64)
+        W = xlakern.CSR.fromdense(jnp.asarray(dense))
+        idx = rng.integers(0, 9, (12, 3)).astype(np.int32)
+        fw = rng.standard_normal((12, 3)).astype(np.float32)
+        F = xlakern.FixedNumPerPre((jnp.asarray(fw), jnp.asarray(idx)), shape=(12, 9))
+        f_dense = np.zeros((12, 9))
+        np.add.at(f_dense, (np.repeat(np.arange(12), 3), idx.ravel()), fw.ravel().astype(np.float64))
+        x = rng.standard_normal(12)  # float64
+        y = rng.standard_normal(9)
+        for got, want in [
+            (xlakern.WeightedArray(x) @ W, x @ d64), (W @ xlakern.WeightedArray(y), d64 @ y),
+            (xlakern.WeightedArray(x) @ W.T.T, x @ d64), (xlakern.WeightedArray(x) @ F, x @ f_dense),
+            (xlakern.WeightedArray(x) @ jnp.asarray(dense), x @ d64),
+            (xlakern.WeightedArray(x) @ xlakern.Dense(jnp.asarray(dense)), x @ d64),
+            (xlakern.csrmv(W.data, W.indices, W.indptr, x, shape=(12, 9), transpose=True), x @ d64),
+            (xlakern.fcnmv(jnp.asarray(fw), jnp.asarray(idx), x, shape=(12, 9), transpose=True), x @ f_dense),
+            (xlakern.BinaryArray(x) @ W, (x != 0) @ d64),
+        ]:
+            assert got.dtype == jnp.float32
+            np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5)
+        for got, want in [(jnp.asarray(x) @ W, x @ d64), (W @ jnp.asarray(y), d64 @ y), (jnp.asarray(x) @ F, x @ f_dense)]:
+            assert got.dtype == jnp.float64
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)  # computed in float64
+
+        def step(carry, xs):
+            return carry + xlakern.WeightedArray(xs) @ W, None
+
+        out = jax.lax.scan(step, jnp.zeros(9, jnp.float32), jnp.asarray(rng.standard_normal((4, 12))))[0]
+        assert out.dtype == jnp.float32
+        g = jax.grad(lambda v: jnp.sum(xlakern.WeightedArray(v) @ W))(jnp.asarray(x))
+        assert g.dtype == jnp.float64
+        np.testing.assert_allclose(g, d64.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
 def test_bad_inputs_raise_named_errors(rng):
     from xlakern.event import EventDTypeError, EventShapeError
 

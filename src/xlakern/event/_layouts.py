@@ -241,20 +241,28 @@ class DataRepresentation:
 
     def _call(self, v, binary, weighted, mm, transpose):
         kw = dict(shape=self._stored_shape(), transpose=transpose, backend=self.backend)
+        data = self.data
+        if not (binary or weighted):
+            # a plain dense operand keeps jnp's promotion (float32 weights times a float64 array give
+            # float64), as in BrainEvent; the operators themselves return the weights' dtype
+            (w, unit_w), x = _units.split(data), _units.split(v)[0]
+            dtype = jnp.result_type(w, x)
+            if jnp.issubdtype(dtype, jnp.floating) and dtype != jnp.result_type(w):
+                data = _units.attach(jnp.asarray(w).astype(dtype), unit_w)
         if self._fixed:
             if binary or weighted:
                 fn = _ops.binary_fcnmm if mm else _ops.binary_fcnmv
                 kw["weighted"] = weighted
             else:
                 fn = _ops.fcnmm if mm else _ops.fcnmv
-            out = fn(self.data, self.indices, v, **kw)
+            out = fn(data, self.indices, v, **kw)
         else:
             if binary or weighted:
                 fn = _ops.binary_csrmm if mm else _ops.binary_csrmv
                 kw["weighted"] = weighted
             else:
                 fn = _ops.csrmm if mm else _ops.csrmv
-            out = fn(self.data, self.indices, self.indptr, v, **kw)
+            out = fn(data, self.indices, self.indptr, v, **kw)
         return out
 
     def __matmul__(self, other):

@@ -84,14 +84,15 @@ def _finish(res, out_dtype, *units):
 
 
 def _prepare_values(name, data, v, binary):
-    """Weights (float), spikes and the dtype of the result; float operators share one dtype."""
+    """Weights (float), spikes and the dtype of the result: the weights', whatever the spikes' dtype, as
+    BrainEvent 0.3's operators return (so float64 events under x64 do not turn a float32 network's
+    carry into float64). A layout times a plain dense array promotes the weights first (jnp's rule,
+    _layouts.DataRepresentation._call)."""
     data = _weights(name, "data", data)
     v = _spikes(name, "v", v, binary)
     if binary:
         return data, v, data.dtype
-    dtype = jnp.promote_types(data.dtype, v.dtype) if jnp.issubdtype(v.dtype, jnp.floating) else data.dtype
-    data = data.astype(dtype)
-    return data, v.astype(K.acc_dtype(dtype)), dtype
+    return data, v.astype(K.acc_dtype(data.dtype)), data.dtype
 
 
 def _sparse_call(name, binary, mm, data, indices, indptr, v, shape, transpose, backend, nconn_layout, perm=None):
