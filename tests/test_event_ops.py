@@ -206,3 +206,61 @@ def test_weighted_events_use_their_values(rng, on_cpu):
         np.testing.assert_allclose(xlakern.WeightedArray(v) @ W, v @ dense, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(xlakern.WeightedArray(v) @ jnp.asarray(dense), v @ dense, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(xlakern.BinaryArray(v) @ W, (v != 0) @ dense, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "jnp"])
+@pytest.mark.parametrize("layout", ["CSR", "CSC", "FixedNumPerPre", "Dense", "array"])
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("batch", [None, 3])
+def test_inactive_events_ignore_nonfinite_weights(rng, on_cpu, backend, layout, side, batch):
+    """Event-driven means an inactive event contributes nothing, even through a NaN or infinite weight,
+    on every backend (the jnp reference included); a non-finite weight of an active event still
+    reaches the output, as in a dense product."""
+    m, k = 9, 7
+    n_ev = m if side == "left" else k
+    on = rng.random(n_ev) < 0.5
+    on[0], on[1] = True, False
+    vals = np.where(on, rng.uniform(0.5, 2.0, n_ev), 0.0)
+    x = vals if batch is None else np.stack([vals * (b + 1) for b in range(batch)], axis=0 if side == "left" else 1)
+    if layout == "FixedNumPerPre":
+        idx = np.stack([rng.choice(k, 3, replace=False) for _ in range(m)]).astype(np.int32)
+        fw = rng.standard_normal((m, 3))
+        if side == "left":  # the synapses of inactive rows
+            fw[~on] = np.nan
+        dense = np.zeros((m, k))
+        dense[np.repeat(np.arange(m), 3), idx.ravel()] = fw.ravel()
+        make = lambda: xlakern.FixedNumPerPre((jnp.asarray(fw, jnp.float32), jnp.asarray(idx)), shape=(m, k),
+                                              backend=backend)
+    else:
+        dense = np.where(rng.random((m, k)) < 0.7, rng.standard_normal((m, k)), 0.0)
+        dense[:, 0] = rng.standard_normal(m)  # every row has a synapse
+        if side == "left":
+            dense[~on] = np.where(dense[~on] != 0, np.nan, 0.0)
+            dense[1, 0] = np.inf
+        else:
+            dense[:, ~on] = np.where(dense[:, ~on] != 0, -np.inf, 0.0)
+            dense[0, 1] = np.nan
+        d32 = jnp.asarray(dense, jnp.float32)
+        make = {"CSR": lambda: xlakern.CSR.fromdense(d32, backend=backend),
+                "CSC": lambda: xlakern.CSC.fromdense(d32, backend=backend),
+                "Dense": lambda: xlakern.Dense(d32, backend=backend), "array": lambda: d32}[layout]
+    finite = np.where(np.isfinite(dense), dense, 0.0)
+    for weighted in (False, True):
+        f = x if weighted else (x != 0).astype(float)  # (batch, m) on the left, (k, batch) on the right
+        ref = f @ finite if side == "left" else finite @ f
+        ev = (xlakern.WeightedArray if weighted else xlakern.BinaryArray)(jnp.asarray(x, jnp.float32))
+        W = make()
+        out = np.asarray(ev @ W if side == "left" else W @ ev, np.float64)
+        assert np.isfinite(out).all()
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    # a NaN weight on an active event's synapse does reach its output
+    if layout != "FixedNumPerPre":
+        hot = dense.copy()
+        hot[0, 0] = np.nan  # row 0 (an active event) reaches column 0; column 0 holds a synapse of row 0
+        W = {"CSR": lambda: xlakern.CSR.fromdense(jnp.asarray(hot, jnp.float32), backend=backend),
+             "CSC": lambda: xlakern.CSC.fromdense(jnp.asarray(hot, jnp.float32), backend=backend),
+             "Dense": lambda: xlakern.Dense(jnp.asarray(hot, jnp.float32), backend=backend),
+             "array": lambda: jnp.asarray(hot, jnp.float32)}[layout]()
+        ev = xlakern.BinaryArray(jnp.asarray(x, jnp.float32))
+        out = np.asarray(ev @ W if side == "left" else W @ ev)
+        assert np.isnan(out).any()

@@ -118,7 +118,8 @@ def reference_sparse(data, indices, indptr, spikes, *, shape, transpose, binary,
     rows, cols, valid, w = _coo(data, indices, indptr, shape, nconn)
     f = spike_factor(s2, binary, acc)
     src, dst = (rows, cols) if transpose else (cols, rows)
-    contrib = jnp.where(valid[:, None], w[:, None] * f[src], 0)
+    # an inactive spike contributes nothing, even through a NaN or infinite weight, as in the kernels
+    contrib = jnp.where(valid[:, None] & (f[src] != 0), w[:, None] * f[src], 0)
     out = jnp.zeros((nout, s2.shape[1]), acc).at[dst].add(contrib)
     return out.reshape((nout,) + spikes.shape[1:])
 
@@ -189,7 +190,23 @@ def reference_dense(weights, spikes, *, transpose, binary):
     w = weights.astype(acc)
     f = spike_factor(spikes, binary, acc)
     hi = jax.lax.Precision.HIGHEST
-    return jnp.matmul(w.T, f, precision=hi) if transpose else jnp.matmul(w, f, precision=hi)
+
+    def product(w):
+        return jnp.matmul(w.T, f, precision=hi) if transpose else jnp.matmul(w, f, precision=hi)
+
+    def column(fv):
+        # one spike column, the weights of its inactive spikes masked out
+        active = fv != 0
+        masked = jnp.where(active[:, None] if transpose else active[None, :], w, 0)
+        return jnp.matmul(masked.T, fv, precision=hi) if transpose else jnp.matmul(masked, fv, precision=hi)
+
+    def masked_product(w):
+        return column(f) if f.ndim == 1 else jax.lax.map(column, f.T).T
+
+    # An inactive spike contributes nothing, even through a NaN or infinite weight, as in the kernels: a
+    # matmul would give 0 * inf = NaN there. Weights that are all finite (the usual case) take the plain
+    # matmul; the masked one costs a pass over the weights per spike column.
+    return jax.lax.cond(jnp.isfinite(w).all(), product, masked_product, w)
 
 
 def dense_weight_cotangent(ct, w_aval, spikes, *, transpose, binary):
