@@ -627,3 +627,35 @@ def test_jitc_dt2t_methods_list_the_generated_synapses(rng, cls):
     np.testing.assert_allclose(got, dense[pre, post] * y_pre[pre], **TOL)
     got_t = np.asarray(W.dt2t_transposed(y_post.astype(np.float32), None), np.float64)
     np.testing.assert_allclose(got_t, dense[pre, post] * y_post[post], **TOL)
+
+
+@pytest.mark.parametrize("cls", ["CSR", "CSC"])
+def test_fromdense_takes_brainevent_arguments_and_nse_under_jit(rng, cls):
+    """BrainEvent 0.3's fromdense(mat, *, nse, index_dtype, indptr_dtype, backend,
+    precompute_weight_indices): nse pads with slots no product reads and works on a traced matrix."""
+    klass = getattr(xlakern, cls)
+    dense = np.where(rng.random((6, 5)) < 0.4, rng.standard_normal((6, 5)), 0.0).astype(np.float32)
+    dense[2] = 0.0  # an empty row
+    dense[0, 0] = 1.5
+    count = int(np.count_nonzero(dense))
+    s_left, s_right = rng.random(6) < 0.6, rng.random(5) < 0.6
+    for W in (klass.fromdense(dense, nse=count + 4, backend="jnp", precompute_weight_indices=True),
+              jax.jit(lambda m: klass.fromdense(m, nse=count + 4))(jnp.asarray(dense))):
+        assert W.nse == count + 4
+        np.testing.assert_array_equal(np.asarray(W.todense()), dense)
+        np.testing.assert_allclose(xlakern.BinaryArray(s_left) @ W, s_left @ dense.astype(np.float64), rtol=1e-5,
+                                   atol=1e-6)
+        np.testing.assert_allclose(W @ xlakern.BinaryArray(s_right), dense.astype(np.float64) @ s_right, rtol=1e-5,
+                                   atol=1e-6)
+    assert klass.fromdense(dense, backend="jnp").backend == "jnp"
+    traced = jax.jit(lambda m: klass.fromdense(m, nse=count).todense())(jnp.asarray(dense))
+    np.testing.assert_array_equal(np.asarray(traced), dense)
+    with pytest.raises(xlakern.event.EventShapeError, match=rf"{count} non-zeros, more than nse={count - 1}"):
+        klass.fromdense(dense, nse=count - 1)
+    with pytest.raises(xlakern.event.EventDTypeError, match="indptr_dtype=int64 needs 64-bit"):
+        klass.fromdense(dense, indptr_dtype=jnp.int64)
+    with x64():
+        assert klass.fromdense(dense, indptr_dtype=jnp.int64).indptr.dtype == jnp.int64
+    with pytest.raises(xlakern.event.EventDTypeError, match="indptr_dtype must be"):
+        klass.fromdense(dense, indptr_dtype=jnp.float32)
+    assert xlakern.FixedNumPerPre.fromdense(np.eye(4), backend="jnp").backend == "jnp"

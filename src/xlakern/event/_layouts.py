@@ -28,7 +28,8 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _ops
 from . import _units
-from ._errors import EventBufferError, EventDependencyError, EventIndexError, EventShapeError, EventUnitError
+from ._errors import (EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventShapeError,
+                      EventUnitError)
 from ._events import EventRepresentation, _raw
 from ._kernels import synapse_rows
 
@@ -918,23 +919,64 @@ class CSR(DataRepresentation):
                           shape=self.shape, backend=self.backend)
 
     @classmethod
-    def fromdense(cls, mat, *, index_dtype=jnp.int32):
-        """From a concrete dense matrix; its non-zero entries become synapses.
+    def fromdense(cls, mat, *, nse=None, index_dtype=jnp.int32, indptr_dtype="auto", backend=None,
+                  precompute_weight_indices: bool = False):
+        """From a dense matrix; its non-zero entries become synapses (BrainEvent 0.3's arguments).
+
+        Without ``nse`` the matrix must be concrete. With ``nse`` (an int: the number of stored
+        slots) it may be traced, under ``jit`` too: the non-zeros fill the first slots in row order
+        and the rest are zero-weight slots past the last row, which no product reads; a concrete
+        matrix with more than ``nse`` non-zeros is an ``EventShapeError`` (a traced one keeps the
+        first ``nse``, as ``jax.experimental.sparse`` does). ``indptr_dtype`` is ``"auto"`` (the
+        indices' dtype), int32 or int64 (needs ``jax_enable_x64``). ``precompute_weight_indices`` is
+        accepted and unused: xlakern's kernels need no extra index for either orientation.
 
         Example::
 
             W = xlakern.CSR.fromdense(np.array([[0., 1.], [2., 0.]]))
+            W = jax.jit(lambda m: xlakern.CSR.fromdense(m, nse=4))(jnp.eye(3))   # 4 slots, 3 synapses
         """
+        del precompute_weight_indices
+        name = f"{cls.__name__}.fromdense"
         m, unit = _units.split(mat)
-        m = np.asarray(m)
-        if m.ndim != 2:
-            raise EventShapeError(f"{cls.__name__}.fromdense: expected a 2-D matrix; got shape {m.shape}")
-        stored = m.T if cls is CSC else m
-        rows, cols = np.nonzero(stored)
-        indptr = np.zeros(stored.shape[0] + 1, np.int64)
-        np.cumsum(np.bincount(rows, minlength=stored.shape[0]), out=indptr[1:])
-        data = _units.attach(jnp.asarray(stored[rows, cols]), unit)
-        return cls((data, jnp.asarray(cols, index_dtype), jnp.asarray(indptr, index_dtype)), shape=m.shape)
+        if np.ndim(m) != 2:
+            raise EventShapeError(f"{name}: expected a 2-D matrix; got shape {np.shape(m)}")
+        if indptr_dtype == "auto":
+            indptr_dtype = index_dtype
+        indptr_dtype = jnp.dtype(indptr_dtype)
+        if indptr_dtype not in (jnp.dtype(jnp.int32), jnp.dtype(jnp.int64)):
+            raise EventDTypeError(f"{name}: indptr_dtype must be 'auto', int32 or int64; got {indptr_dtype}")
+        if indptr_dtype == jnp.dtype(jnp.int64) and not jax.config.jax_enable_x64:
+            raise EventDTypeError(f"{name}: indptr_dtype=int64 needs 64-bit JAX types: enable jax_enable_x64 "
+                                  f"(or use int32, which holds up to 2^31 - 1 synapses)")
+        if nse is None:
+            stored = np.asarray(m)
+            stored = stored.T if cls is CSC else stored
+            rows, cols = np.nonzero(stored)
+            indptr = np.zeros(stored.shape[0] + 1, np.int64)
+            np.cumsum(np.bincount(rows, minlength=stored.shape[0]), out=indptr[1:])
+            data = jnp.asarray(stored[rows, cols])
+        else:
+            nse = int(nse)
+            if nse < 0:
+                raise EventShapeError(f"{name}: nse must be >= 0; got {nse}")
+            stored = jnp.asarray(m)
+            stored = stored.T if cls is CSC else stored
+            if not isinstance(stored, jax.core.Tracer):
+                count = int(np.count_nonzero(np.asarray(stored)))
+                if count > nse:
+                    raise EventShapeError(f"{name}: the matrix has {count} non-zeros, more than nse={nse} slots; "
+                                          f"pass nse >= {count} (or leave it out)")
+            n_rows = stored.shape[0]
+            # row n_rows marks a padding slot: not counted in indptr, so past every row
+            rows, cols = jnp.nonzero(stored, size=nse, fill_value=(n_rows, 0))
+            real = rows < n_rows
+            data = jnp.where(real, stored[jnp.minimum(rows, max(n_rows - 1, 0)), cols], 0) if n_rows else \
+                jnp.zeros((nse,), stored.dtype)
+            counts = jnp.zeros((n_rows + 1,), jnp.int32).at[rows].add(1)[:n_rows]
+            indptr = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
+        return cls((_units.attach(data, unit), jnp.asarray(cols, index_dtype), jnp.asarray(indptr, indptr_dtype)),
+                   shape=tuple(np.shape(m)), backend=backend)
 
 
 @register_pytree_node_class
@@ -1015,7 +1057,7 @@ class FixedNumConn(DataRepresentation):
         return self.shape[1]
 
     @classmethod
-    def fromdense(cls, mat, *, num_conn=None, index_dtype=jnp.int32):
+    def fromdense(cls, mat, *, num_conn=None, index_dtype=jnp.int32, backend=None):
         """From a concrete dense matrix whose stored rows all have ``num_conn`` non-zeros (inferred
         when None; shorter rows are padded with zero-weight synapses to column 0).
 
@@ -1041,7 +1083,8 @@ class FixedNumConn(DataRepresentation):
             nz = np.nonzero(stored[r])[0]
             idx[r, :nz.size] = nz
             data[r, :nz.size] = stored[r, nz]
-        return cls((_units.attach(jnp.asarray(data), unit), jnp.asarray(idx, index_dtype)), shape=m.shape)
+        return cls((_units.attach(jnp.asarray(data), unit), jnp.asarray(idx, index_dtype)), shape=m.shape,
+                   backend=backend)
 
 
 @register_pytree_node_class
