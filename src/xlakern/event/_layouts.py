@@ -456,21 +456,24 @@ class DataRepresentation:
         return self.dt2t_transposed(y_dim_arr, w_dim_arr)
 
     def slice_rows(self, index):
-        """Rows ``index`` of the matrix (an int, a sequence, an array or a slice; concrete, since the
-        result's synapse count depends on them) as a CSR of shape ``(len(rows), shape[1])``, keeping
-        each row's synapses in their order. CSC and FixedNumPerPost regroup by rows first (``tocsr``);
-        FixedNumPerPre keeps its fixed count.
+        """Rows ``index`` of the matrix (an int, a sequence, an array or a slice) as a CSR of shape
+        ``(len(rows), shape[1])``, keeping each row's synapses in their order. CSC and FixedNumPerPost
+        regroup by rows first (``tocsr``). FixedNumPerPre keeps its fixed count, so its rows may be
+        traced (under ``jit``, as BrainEvent 0.3 allows); the others need concrete rows, since the
+        result's synapse count depends on them.
 
         Example::
 
             sub = W.slice_rows([0, 5, 7])          # rows 0, 5, 7: a (3, n) CSR
         """
+        if self._fixed and not self._flipped:
+            rows = jnp.atleast_1d(_row_selector(f"{type(self).__name__}.slice_rows", index, self.shape[0]))
+            data = self.data if self._shared() else self.data[rows]
+            return type(self)((data, self.indices[rows]), shape=(rows.shape[0], self.shape[1]), backend=self.backend)
         rows = _concrete_rows(type(self).__name__, index, self.shape[0])
         if self._flipped:
             return self.tocsr().slice_rows(rows)
         data = self.data if self._shared() else self.data[rows]
-        if self._fixed:
-            return type(self)((data, self.indices[rows]), shape=(len(rows), self.shape[1]), backend=self.backend)
         ptr = np.asarray(jax.device_get(_units.split(self.indptr)[0])).astype(np.int64)
         starts, ends = ptr[rows], ptr[rows + 1]
         picked = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)] or [np.zeros(0, np.int64)])
