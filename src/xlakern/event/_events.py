@@ -186,8 +186,8 @@ class WeightedArray(EventRepresentation):
     def __init__(self, value: Any):
         super().__init__(value)
         dtype = getattr(self._value, "dtype", None)
-        if dtype is not None and not (jnp.issubdtype(dtype, jnp.bool_) or jnp.issubdtype(dtype, jnp.integer)
-                                      or jnp.issubdtype(dtype, jnp.floating)):
+        # the operators' own rule for spikes (_ops._spikes): anything but complex
+        if dtype is not None and jnp.issubdtype(dtype, jnp.complexfloating):
             raise EventDTypeError(f"WeightedArray values must be boolean, integer or floating-point; got {dtype} "
                                   f"(its values multiply the weights)")
 

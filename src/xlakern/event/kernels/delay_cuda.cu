@@ -66,8 +66,7 @@ void delay_deliver(const xk::Tensor ring, const xk::Tensor events, const xk::Ten
     XK_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), ring.data_ptr(), ring.nbytes(), cudaMemcpyDeviceToDevice, st));
   if (out.numel() == 0 || g.nrows == 0) return;
   const int rows_per_warp = scatter_rows_per_warp(g.nrows, 1);
-  const int64_t warps = (g.nrows + rows_per_warp - 1) / rows_per_warp;
-  const unsigned blocks = unsigned((warps * 32 + kThreads - 1) / kThreads);
+  const unsigned blocks = grid_for_warps((g.nrows + rows_per_warp - 1) / rows_per_warp);
   auto run = [&](auto wt) {
     using W = typename decltype(wt)::type;
     dispatch_index(indices.dtype(), [&](auto it) {

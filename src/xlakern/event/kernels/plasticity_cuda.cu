@@ -82,8 +82,7 @@ void plastic_update(const xk::Tensor weight, const xk::Tensor indices, const xk:
     XK_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), weight.data_ptr(), weight.nbytes(), cudaMemcpyDeviceToDevice, st));
   if (g.nrows == 0 || g.nse == 0) return;
   const int rows_per_warp = scatter_rows_per_warp(g.nrows, 1);
-  const int64_t warps = (g.nrows + rows_per_warp - 1) / rows_per_warp;
-  const unsigned blocks = unsigned((warps * 32 + kThreads - 1) / kThreads);
+  const unsigned blocks = grid_for_warps((g.nrows + rows_per_warp - 1) / rows_per_warp);
   auto run = [&](auto wt) {
     using W = typename decltype(wt)::type;
     dispatch_index(indices.dtype(), [&](auto it) {
