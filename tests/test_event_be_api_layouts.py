@@ -358,6 +358,49 @@ def test_dense_methods(rng):
         W.with_data(np.ones((5, 7), np.float32))
 
 
+def test_dense_slice_rows_dt2t_conversions_and_refusals(rng):
+    """What BrainEvent 0.3's own Dense tests ask of it, beside a NumPy reference: rows as a Dense (traced
+    rows too), per-entry dt2t, tocsr/tocsc through fromdense's arguments, and the errors it raises."""
+    d = rng.standard_normal((6, 4)).astype(np.float32)
+    d[rng.random(d.shape) < 0.5] = 0
+    d64 = d.astype(np.float64)
+    W = Dense(d, backend="jnp", buffers={"tag": jnp.ones(2)})
+    rows = rng.permutation(6)[:3]
+    for index, expect in ((int(rows[0]), d64[rows[:1]]), (list(rows), d64[rows]), (slice(1, 5, 2), d64[1:5:2])):
+        sub = W.slice_rows(index)
+        assert type(sub) is Dense and sub.backend == "jnp" and sub.shape == expect.shape
+        assert sorted(sub.buffers) == ["tag"]
+        np.testing.assert_allclose(sub.todense(), expect, **TOL)
+    traced = jax.jit(lambda W, r: W.slice_rows(r).todense())(W, jnp.asarray(rows))
+    np.testing.assert_allclose(traced, d64[rows], **TOL)
+    y_pre, y_post = rng.standard_normal(6).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    np.testing.assert_allclose(W.dt2t(y_pre, w), w.astype(np.float64) * y_pre[:, None], **TOL)
+    np.testing.assert_allclose(W.dt2t_transposed(y_post, w), w.astype(np.float64) * y_post[None, :], **TOL)
+    with pytest.warns(DeprecationWarning, match="yw_to_w"):
+        np.testing.assert_allclose(W.yw_to_w(y_pre, w), w.astype(np.float64) * y_pre[:, None], **TOL)
+    with pytest.raises(xlakern.event.EventShapeError, match="y has shape"):
+        W.dt2t(y_post, w)
+    with pytest.raises(xlakern.event.EventShapeError, match="w has shape"):
+        W.dt2t_transposed(y_post, w.T)
+    nnz = int(np.count_nonzero(d))
+    for conv, cls in ((W.tocsr, xlakern.CSR), (W.tocsc, xlakern.CSC)):
+        out = conv(nse=nnz + 3, index_dtype=jnp.int32, precompute_weight_indices=True)
+        assert type(out) is cls and out.backend == "jnp" and out.nse == nnz + 3
+        np.testing.assert_allclose(out.todense(), d64, **TOL)
+    # a Dense combined with a sparse layout, and 3-D operands, are refused as BrainEvent refuses them
+    with pytest.raises(NotImplementedError, match="todense"):
+        W * xlakern.CSR.fromdense(d)
+    with pytest.raises(UnsupportedOperationError):
+        W + xlakern.CSR.fromdense(d)
+    for bad in (lambda: W.T @ xlakern.WeightedArray(jnp.ones((6, 2, 2))), lambda: W @ jnp.ones((4, 2, 2)),
+                lambda: xlakern.BinaryArray(jnp.ones((2, 2, 6))) @ d, lambda: xlakern.BinaryArray(jnp.ones(())) @ d):
+        with pytest.raises(NotImplementedError, match="1-D or 2-D"):
+            bad()
+        with pytest.raises(xlakern.MathError):
+            bad()
+
+
 # ----------------------------------------------------------------------------- JITC
 
 JITC = [("JITCScalar", (0.7,)), ("JITCUniform", (-0.2, 0.5)), ("JITCNormal", (0.1, 0.3))]

@@ -180,7 +180,8 @@ _EVENT_NAMES += (
     "csc_to_csr_index", "coo2csr", "IndexConversionError",
     # BrainEvent 0.3's dense layout and JITC base classes; the layouts' errors
     "Dense", "JITCMatrix", "JITCScalarMatrix", "JITCUniformMatrix", "JITCNormalMatrix", "EventDependencyError",
-    "EventBufferError", "EventIndexError", "EventMatmulError",
+    "EventBufferError", "EventIndexError", "EventMatmulError", "EventNDimError",
+    "EventArgumentError", "EventTracedError",
 )
 __all__ += ["event", *_EVENT_NAMES]
 

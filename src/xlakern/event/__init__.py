@@ -14,8 +14,8 @@ Example::
 """
 
 from ._errors import (
-    EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventMatmulError, EventShapeError,
-    EventUnitError, IndexConversionError, UnsupportedOperationError,
+    EventArgumentError, EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventMatmulError,
+    EventNDimError, EventShapeError, EventTracedError, EventUnitError, IndexConversionError, UnsupportedOperationError,
 )
 from ._events import BinaryArray, BitPackedBinary, CompactBinary, EventRepresentation, WeightedArray, bitpack
 from ._kernels import (
@@ -61,8 +61,9 @@ __all__ = [
     "binary_densemv", "binary_densemm",
     "binary_csrmv_p", "binary_csrmm_p", "csrmv_p", "csrmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcnmv_p",
     "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
-    "EventShapeError", "EventIndexError", "EventMatmulError", "EventDTypeError", "EventUnitError", "IndexConversionError",
-    "EventDependencyError", "EventBufferError", "UnsupportedOperationError",
+    "EventShapeError", "EventIndexError", "EventMatmulError", "EventNDimError", "EventArgumentError", "EventTracedError",
+    "EventDTypeError", "EventUnitError", "IndexConversionError", "EventDependencyError", "EventBufferError",
+    "UnsupportedOperationError",
     # xlakern's own (not BrainEvent's): the fused LIF network simulator
     "LIFParams", "LIFState", "run_lif_network", "lif_network_run_p", "run_lif_network_sharded", "lif_shard_step_p",
 ]

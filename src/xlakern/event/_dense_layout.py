@@ -23,8 +23,8 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _ops
 from . import _units
-from ._errors import EventIndexError, EventShapeError, EventUnitError
-from ._layouts import CSC, CSR, DataRepresentation, _as_array, _shape_arg
+from ._errors import EventIndexError, EventShapeError, EventUnitError, UnsupportedOperationError
+from ._layouts import CSC, CSR, DataRepresentation, _as_array, _row_selector, _shape_arg
 
 __all__ = ["Dense"]
 
@@ -125,14 +125,16 @@ class Dense(DataRepresentation):
         return Dense(self.data.T, backend=self.backend, buffers=self.buffers)
 
     def tocsr(self, *, nse=None, index_dtype=jnp.int32, precompute_weight_indices: bool = False):
-        """A CSR of the non-zero entries (needs a concrete matrix); ``nse``, if given, must equal
-        their number (``precompute_weight_indices`` is accepted for BrainEvent; nothing needs it).
+        """A CSR of the non-zero entries, through :meth:`CSR.fromdense` with this layout's backend (``nse``,
+        ``index_dtype`` and ``precompute_weight_indices`` are its arguments: without ``nse`` the matrix
+        must be concrete).
 
         Example::
 
             csr = xlakern.Dense(np.eye(3)).tocsr()
         """
-        return self._compress(CSR, nse, index_dtype)
+        return CSR.fromdense(self.data, nse=nse, index_dtype=index_dtype, backend=self.backend,
+                             precompute_weight_indices=precompute_weight_indices)
 
     def tocsc(self, *, nse=None, index_dtype=jnp.int32, precompute_weight_indices: bool = False):
         """A CSC of the non-zero entries (see :meth:`tocsr`).
@@ -141,14 +143,8 @@ class Dense(DataRepresentation):
 
             csc = xlakern.Dense(np.eye(3)).tocsc()
         """
-        return self._compress(CSC, nse, index_dtype)
-
-    def _compress(self, cls, nse, index_dtype):
-        out = cls.fromdense(self.data, index_dtype=index_dtype)
-        if nse is not None and int(nse) != out.nse:
-            raise EventShapeError(f"Dense.to{cls.__name__.lower()}: nse={nse} but the matrix has {out.nse} non-zero "
-                                  f"entries")
-        return cls(out._arrays(), shape=out.shape, backend=self.backend)
+        return CSC.fromdense(self.data, nse=nse, index_dtype=index_dtype, backend=self.backend,
+                             precompute_weight_indices=precompute_weight_indices)
 
     def tocoo(self):
         """The non-zero entries as a ``brainunit.sparse.COO`` (needs brainunit).
@@ -189,6 +185,50 @@ class Dense(DataRepresentation):
         d = jnp.arange(n)
         return self._replace_data(_units.attach(data.at[d, d].add(value.astype(data.dtype)), unit))
 
+    def slice_rows(self, index):
+        """Rows ``index`` (an int, a sequence, an array or a slice) as a Dense of shape ``(len(rows),
+        cols)`` with this layout's backend and buffers; the rows may be traced (under ``jit``).
+
+        Example::
+
+            sub = W.slice_rows([0, 5, 7])          # a (3, cols) Dense
+        """
+        rows = jnp.atleast_1d(_row_selector("Dense.slice_rows", index, self.shape[0]))
+        return Dense(self.data[rows], backend=self.backend, buffers=self.buffers)
+
+    def _per_synapse(self, y, w, at_column: bool):
+        """``w[i, j] * y[i]`` (``y[j]`` at_column) for every entry: each entry of a Dense is a synapse."""
+        name = "Dense.dt2t_transposed" if at_column else "Dense.dt2t"
+        (yv, unit_y), (wv, unit_w) = _units.split(y), _units.split(w)
+        yv, wv = jnp.asarray(yv), jnp.asarray(wv)
+        n = self.shape[1] if at_column else self.shape[0]
+        if yv.shape != (n,):
+            raise EventShapeError(f"{name}: y has shape {tuple(yv.shape)}; expected ({n},), one value per "
+                                  f"{'column' if at_column else 'row'}")
+        if wv.shape != self.shape:
+            raise EventShapeError(f"{name}: w has shape {tuple(wv.shape)}; expected {self.shape}, one value per "
+                                  f"entry")
+        return _units.attach(wv * (yv[None, :] if at_column else yv[:, None]), unit_w, unit_y)
+
+    def dt2t(self, y_dim_arr, w_dim_arr):
+        """Per entry, ``w[i, j] * y[i]`` (``y`` has ``shape[0]`` entries, ``w`` the matrix's shape): the
+        ``D^t eps^{t-1}`` term of eligibility traces, as :meth:`CSR.dt2t` computes it for stored synapses.
+
+        Example::
+
+            eps = W.dt2t(pre_factor, eps)          # pre_factor: (rows,), eps: (rows, cols)
+        """
+        return self._per_synapse(y_dim_arr, w_dim_arr, at_column=False)
+
+    def dt2t_transposed(self, y_dim_arr, w_dim_arr):
+        """Per entry, ``w[i, j] * y[j]`` (``y`` has ``shape[1]`` entries); see :meth:`dt2t`.
+
+        Example::
+
+            eps = W.dt2t_transposed(post_factor, eps)   # post_factor: (cols,)
+        """
+        return self._per_synapse(y_dim_arr, w_dim_arr, at_column=True)
+
     # -------------------------------------------------------------- element-wise arithmetic
     def apply2(self, other, fn, *, reverse: bool = False):
         """``fn(W, other)`` (``fn(other, W)`` with ``reverse=True``) element-wise, ``other`` a
@@ -201,8 +241,8 @@ class Dense(DataRepresentation):
         if isinstance(other, Dense):
             operand = other.data
         elif isinstance(other, DataRepresentation):
-            raise EventShapeError(f"Dense.apply2: other is a {type(other).__name__}; combine a Dense with a "
-                                  f"scalar, an array or another Dense (use other.todense())")
+            raise UnsupportedOperationError(f"Dense.apply2: other is a {type(other).__name__}; combine a Dense with "
+                                            f"a scalar, an array or another Dense (use other.todense())")
         else:
             operand = other if _units.is_quantity(other) else jnp.asarray(other)
         shape = np.shape(_units.split(operand)[0])

@@ -41,7 +41,7 @@ import numpy as np
 from .. import XLACustomKernel
 from . import _jitc, _units
 from . import _jitc_kernels as JK
-from ._errors import EventDTypeError, EventShapeError
+from ._errors import EventDTypeError, EventShapeError, EventTracedError
 from ._kernels import SDS, acc_dtype, synapse_cpu_module, synapse_cuda_module, synapse_rows
 from ._ops import _index, _shape2, _weights
 
@@ -273,7 +273,7 @@ def _concrete_seed(name: str, seed: Any) -> int:
     try:
         value = np.asarray(seed)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        raise EventShapeError(
+        raise EventTracedError(
             f"{name}: seed is a traced value (e.g. an argument of jax.jit), but the number of synapses, and so "
             f"the result's length, depends on it: pass a concrete integer (close over it, or mark it static with "
             f"jax.jit(..., static_argnums=...))") from None
@@ -330,7 +330,7 @@ def jitsmv_dt2t(weight, prob, y, seed, *, shape, transpose: bool = False, corder
 
     ``jitsmv_dt2t(weight, prob, y, seed, *, shape, transpose=False, corder=True, backend=None)``.
     The result's length is ``M``'s synapse count, which depends on ``seed``: ``seed`` and ``prob``
-    must be concrete (a traced seed raises :class:`EventShapeError`).
+    must be concrete (a traced seed raises :class:`EventTracedError`).
 
     Example::
 

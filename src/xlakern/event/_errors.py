@@ -14,7 +14,7 @@ from ..errors import MathError, UnsupportedOperationError, XlakernError
 
 # UnsupportedOperationError (a method a layout deliberately refuses, e.g. a plasticity update on a JITC
 # matrix, which stores no per-synapse weight) is xlakern's, defined with the other errors.
-__all__ = ["EventShapeError", "EventMatmulError", "EventIndexError", "EventDTypeError", "EventUnitError", "IndexConversionError",
+__all__ = ["EventShapeError", "EventMatmulError", "EventNDimError", "EventArgumentError", "EventTracedError", "EventIndexError", "EventDTypeError", "EventUnitError", "IndexConversionError",
            "EventDependencyError", "EventBufferError", "UnsupportedOperationError"]
 
 
@@ -33,6 +33,48 @@ class EventMatmulError(EventShapeError, MathError):
             y = xlakern.BinaryArray(s) @ W
         except xlakern.MathError:   # also xlakern.event.EventMatmulError
             ...
+    """
+
+
+class EventNDimError(EventMatmulError, UnsupportedOperationError):
+    """A product with an operand of more than two dimensions (or a 0-D event array): a matrix product
+    takes vectors and matrices only. Also a ``MathError`` and a ``NotImplementedError``, the two errors
+    BrainEvent 0.3 raises there (the first for an event array times a dense matrix, the second for a
+    ``Dense`` times a 3-D operand), so code that catches either keeps working.
+
+    Example::
+
+        try:
+            y = W @ xlakern.BinaryArray(spikes_3d)
+        except NotImplementedError:   # also xlakern.MathError and xlakern.event.EventNDimError
+            y = jnp.stack([W @ xlakern.BinaryArray(s) for s in spikes_3d])
+    """
+
+
+class EventArgumentError(XlakernError, ValueError):
+    """Arguments that contradict each other (e.g. ``weighted=False`` with a :class:`WeightedArray`).
+
+    Example::
+
+        try:
+            ring = xlakern.csr_delay_deliver(ring, xlakern.WeightedArray(x), w, idx, ptr, d, t, shape=s,
+                                             weighted=False)
+        except ValueError:   # also xlakern.event.EventArgumentError
+            ...
+    """
+
+
+class EventTracedError(EventShapeError, TypeError):
+    """A value that decides an output's structure (a synapse count, a layout) was traced under ``jit``:
+    it must be known when the call is traced. Also a ``TypeError``, as JAX's own concretization error
+    and BrainEvent 0.3 have it.
+
+    Example::
+
+        try:
+            sub = jax.jit(lambda r: W.slice_rows(r))(rows)      # CSR rows decide the synapse count
+        except xlakern.event.EventTracedError:
+            sub = W.slice_rows(np.asarray(rows))
     """
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from jax.tree_util import register_pytree_node_class
 
 from . import _units
-from ._errors import EventDTypeError, EventMatmulError, EventShapeError
+from ._errors import EventDTypeError, EventMatmulError, EventNDimError, EventShapeError
 
 __all__ = ["EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary"]
 
@@ -121,10 +121,10 @@ class EventRepresentation:
         name = type(self).__name__
         where = f"{name} @ matrix" if events_left else f"matrix @ {name}"
         if self.ndim not in (1, 2):
-            raise EventMatmulError(f"{where}: events must be 1-D or 2-D; got shape {self.shape}")
+            raise EventNDimError(f"{where}: events must be 1-D or 2-D; got shape {self.shape}")
         shape = np.shape(_units.split(matrix)[0])
         if len(shape) != 2:
-            raise EventMatmulError(f"{where}: the matrix must be 2-D; got shape {shape}")
+            raise EventNDimError(f"{where}: the matrix must be 2-D; got shape {shape}")
         left, right = (tuple(self.shape), shape) if events_left else (shape, tuple(self.shape))
         if left[-1] != right[0]:
             raise EventMatmulError(f"{where}: incompatible shapes {left} and {right} (inner dimensions {left[-1]} "

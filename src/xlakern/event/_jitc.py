@@ -28,7 +28,7 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _jitc_kernels as JK
 from . import _units
-from ._errors import EventDTypeError, EventShapeError, EventUnitError, UnsupportedOperationError
+from ._errors import EventDTypeError, EventNDimError, EventShapeError, EventUnitError, UnsupportedOperationError
 from ._events import EventRepresentation
 from ._kernels import SDS, acc_dtype
 from ._layouts import DataRepresentation, _warn_renamed
@@ -645,7 +645,7 @@ class JITCMatrix(DataRepresentation):
         mantissa = _units.split(value)[0]
         ndim = np.ndim(mantissa)
         if ndim not in (1, 2):
-            raise EventShapeError(f"{type(self).__name__} @: the other operand must be 1-D or 2-D; got shape "
+            raise EventNDimError(f"{type(self).__name__} @: the other operand must be 1-D or 2-D; got shape "
                                   f"{np.shape(mantissa)}")
         shape, _ = self._stored()
         first, second = self._pair()

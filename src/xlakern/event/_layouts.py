@@ -28,8 +28,8 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _ops
 from . import _units
-from ._errors import (EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventShapeError,
-                      EventUnitError)
+from ._errors import (EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventNDimError,
+                      EventShapeError, EventTracedError, EventUnitError)
 from ._events import EventRepresentation, _raw
 from ._kernels import synapse_rows
 
@@ -72,7 +72,7 @@ def _concrete_rows(who: str, index, nrows: int) -> np.ndarray:
     """slice_rows' rows, read as :func:`_row_selector` reads them, as a 1-d NumPy array: they must be
     known now, since the result's synapse count depends on them."""
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(index)):
-        raise EventShapeError(f"{who}.slice_rows: the row index must be concrete (the result's synapse count "
+        raise EventTracedError(f"{who}.slice_rows: the row index must be concrete (the result's synapse count "
                               f"depends on it); call it outside jax.jit")
     return np.atleast_1d(np.asarray(_row_selector(f"{who}.slice_rows", index, nrows))).astype(np.int64)
 
@@ -233,7 +233,7 @@ class DataRepresentation:
         mantissa = _units.split(value)[0]
         ndim = np.ndim(mantissa)
         if ndim not in (1, 2):
-            raise EventShapeError(f"{type(self).__name__} @: the other operand must be 1-D or 2-D; got shape "
+            raise EventNDimError(f"{type(self).__name__} @: the other operand must be 1-D or 2-D; got shape "
                                   f"{np.shape(mantissa)}")
         transpose = self._flipped if w_on_left else not self._flipped
         if not w_on_left and ndim == 2:  # (k, m) @ W = (W.T @ x.T).T
@@ -912,7 +912,7 @@ class CSR(DataRepresentation):
             raise EventUnitError(f"{name}: other's unit ({unit_o or 'none'}) differs from the weights' "
                                  f"({unit or 'none'}); convert it first")
         if isinstance(self.indices, jax.core.Tracer) or isinstance(self.indptr, jax.core.Tracer):
-            raise EventShapeError(f"{name}: indices and indptr must be concrete (the result's structure depends "
+            raise EventTracedError(f"{name}: indices and indptr must be concrete (the result's structure depends "
                                   f"on them); call diag_add outside jit")
         indices, indptr = np.asarray(self.indices), np.asarray(self.indptr)
         new_indices, new_indptr, moved, diag = _diagonal_plan(name, indices, indptr, n_diag)
