@@ -123,6 +123,112 @@ def test_errors(rng):
                                   shape=(N_PRE, N_POST))
 
 
+def delivery_tensor(data, rows, cols, delays, t):
+    """M[s, post, pre] with ring_new = ring + M @ f(events): jnp, so JAX differentiates it (float64)."""
+    w = jnp.broadcast_to(jnp.asarray(data).reshape(-1), (rows.size,))
+    return jnp.zeros((L, N_POST, N_PRE), w.dtype).at[(t + delays) % L, cols, rows].add(w)
+
+
+@pytest.mark.parametrize("platform", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("backend", [None, "jnp"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("shared", [False, True])
+def test_gradients_match_the_dense_delivery_tensor(platform, backend, weighted, shared, rng):
+    """grad, jvp and vmap(grad) with respect to the ring, the weights and float events, against
+    ring + M(data) @ z in float64 (z: the events for weighted delivery, their mask for binary; the event
+    gradient is M's transpose either way, the straight-through estimate for binary events)."""
+    rows, cols, indptr, data, delays = network(rng)
+    if shared:
+        data = data[:1]
+    t = int(rng.integers(0, 50))
+    ev = np.where(rng.random(N_PRE) < 0.4, rng.choice([2.0, -1.0, 0.5], N_PRE), 0.0)
+    ring = rng.standard_normal((L, N_POST))
+    ct = rng.standard_normal((L, N_POST))
+
+    def op(ring, data, ev):
+        return xlakern.csr_delay_deliver(ring, ev, data, cols, indptr, delays, t, shape=(N_PRE, N_POST),
+                                         weighted=weighted, backend=backend)
+
+    def ref(ring, data, ev):
+        z = ev if weighted else jax.lax.stop_gradient((ev != 0).astype(ev.dtype)) + ev - jax.lax.stop_gradient(ev)
+        return ring + jnp.einsum("spi,i->sp", delivery_tensor(data, rows, cols, delays, t), z)
+
+    def loss(f):
+        return lambda *a: jnp.sum(jnp.sin(f(*a)) * ct)
+
+    with x64(), jax.default_device(jax.devices(platform)[0]):
+        args = (jnp.asarray(ring), jnp.asarray(data), jnp.asarray(ev))
+        np.testing.assert_allclose(op(*args), ref(*args), rtol=1e-12, atol=1e-12)
+        got = jax.grad(loss(op), argnums=(0, 1, 2))(*args)
+        want = jax.grad(loss(ref), argnums=(0, 1, 2))(*args)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+        assert np.abs(want[1]).max() > 0 and np.abs(want[2]).max() > 0
+        # inactive events' synapses get an exact zero weight gradient even where the cotangent is NaN
+        if not shared:
+            inactive = ev[rows] == 0
+            bad_ct = jnp.where(jnp.asarray(rng.random((L, N_POST)) < 0.3), jnp.nan, 1.0)
+            g = jax.vjp(lambda d: op(args[0], d, args[2]), args[1])[1](bad_ct)[0]
+            assert np.all(np.asarray(g)[inactive] == 0)
+        tangents = tuple(jnp.asarray(rng.standard_normal(np.shape(a))) for a in args)
+        np.testing.assert_allclose(jax.jvp(op, args, tangents)[1], jax.jvp(ref, args, tangents)[1],
+                                   rtol=1e-10, atol=1e-12)
+        evs = jnp.stack([args[2], -args[2] * 0.5])
+        got = jax.vmap(jax.grad(loss(op), argnums=1), in_axes=(None, None, 0))(args[0], args[1], evs)
+        want = jax.vmap(jax.grad(loss(ref), argnums=1), in_axes=(None, None, 0))(args[0], args[1], evs)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_units_int64_steps_and_argument_checks(rng):
+    """A ring in a unit of the delivered dimension is converted to it; int64 steps and delays past
+    2**31 wrap modulo L as the int64 formula does; contradictory flags and bad layouts are refused."""
+    import brainunit as u
+
+    rows, cols, indptr, data, delays = network(rng)
+    ev = rng.random(N_PRE) < 0.4
+    ring = rng.standard_normal((L, N_POST))
+    want = ring * 1000.0
+    np.add.at(want, ((7 + delays[ev[rows]]) % L, cols[ev[rows]]), data[ev[rows]])
+    with x64():
+        out = xlakern.csr_delay_deliver(ring * u.volt, ev, data * u.mV, cols, indptr, delays, 7,
+                                        shape=(N_PRE, N_POST))
+        assert u.get_unit(out) == u.mV
+        np.testing.assert_allclose(out.to_decimal(u.mV), want, rtol=1e-12)
+        with pytest.raises(xlakern.event.EventUnitError, match="same dimension"):
+            xlakern.csr_delay_deliver(ring * u.second, ev, data * u.mV, cols, indptr, delays, 7,
+                                      shape=(N_PRE, N_POST))
+        big_t = np.int64(2) ** 33 + 5
+        big_d = delays.astype(np.int64) + np.int64(3) * 2 ** 31
+        want = np.zeros((L, N_POST))
+        np.add.at(want, ((int(big_t) + big_d[ev[rows]]) % L, cols[ev[rows]]), data[ev[rows]])
+        got = jax.jit(lambda d, tt: xlakern.csr_delay_deliver(jnp.zeros((L, N_POST)), ev, data, cols, indptr, d, tt,
+                                                              shape=(N_PRE, N_POST)))(jnp.asarray(big_d),
+                                                                                      jnp.asarray(big_t))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="contradicts"):
+        xlakern.csr_delay_deliver(ring, xlakern.WeightedArray(ev.astype(np.float32)), data, cols, indptr, delays, 0,
+                                  shape=(N_PRE, N_POST), weighted=False)
+    layout = xlakern.CSRDelayLayout.build(0.5, cols, indptr, 3, n_slots=L, shape=(N_PRE, N_POST))
+    assert layout.data.shape == (1,) and layout.original_data().shape == (1,)
+    np.testing.assert_array_equal(np.asarray(layout.delays), np.full(cols.size, 3))
+    with pytest.raises(xlakern.event.EventShapeError, match="n_slots"):
+        layout.deliver(np.zeros((L + 1, N_POST)), ev, 0)
+    with pytest.raises(TypeError, match="CSRDelayLayout"):
+        xlakern.csr_delay_deliver_layout(ring, ev, object(), 0)
+    build = xlakern.CSRDelayLayout.build
+    for bad, match, err in (
+            (dict(delays=delays.astype(np.float32)), "integer", TypeError),
+            (dict(n_slots=1, delays=1), "n_slots", ValueError),
+            (dict(indices=cols[:-1], delays=delays[:-1]), "nse", ValueError),
+            (dict(delays=delays[:-1]), "delays must have shape", ValueError),
+            (dict(data=data[:-1]), "data must be", ValueError)):
+        kw = dict(data=data, indices=cols, indptr=indptr, delays=delays, n_slots=L, shape=(N_PRE, N_POST)) | bad
+        with pytest.raises(err, match=match):
+            build(kw.pop("data"), kw.pop("indices"), kw.pop("indptr"), kw.pop("delays"), **kw)
+    with pytest.raises(xlakern.event.EventTracedError, match="concrete"):
+        jax.jit(lambda d: build(data, cols, indptr, d, n_slots=L, shape=(N_PRE, N_POST)).data)(delays)
+
+
 def test_delay_cuda_kernel_compiles():
     assert_cuda_compiles("delay_cuda.cu", {"delay_deliver"})
 

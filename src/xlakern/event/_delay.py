@@ -26,7 +26,7 @@ from jax.tree_util import register_pytree_node_class
 
 from .. import XLACustomKernel
 from . import _units
-from ._errors import EventDTypeError, EventShapeError, EventUnitError
+from ._errors import EventArgumentError, EventDTypeError, EventShapeError, EventTracedError, EventUnitError
 from ._events import EventRepresentation
 from ._kernels import kernel_module, SDS, synapse_rows
 from ._ops import _index, _shape2, _weights
@@ -37,20 +37,60 @@ cpu_module = kernel_module("delay_cpu.cc")
 cuda_module = kernel_module("delay_cuda.cu")
 
 
+def _synapses(ring, events, indices, indptr, delays, t):
+    """Every synapse's row, arrival slot and clamped column, and whether it delivers at all (inside a row,
+    column in range); the kernels' rules (delay_common.h)."""
+    nslots, ncols = ring.shape
+    rows, inside = synapse_rows(indices, indptr, events.shape[0], -1)
+    valid = inside & (indices >= 0) & (indices < ncols)
+    slot = (jnp.remainder(t[0], nslots) + jnp.remainder(delays, nslots)) % nslots
+    return rows, valid, slot, jnp.clip(indices, 0, ncols - 1)
+
+
+def _factor(events, dtype, weighted):
+    """f(x): the event's value (weighted) or 1 for an active event."""
+    return events.astype(dtype) if weighted else (events != 0).astype(dtype)
+
+
 def reference_deliver(ring, events, data, indices, indptr, delays, t, *, weighted):
     """jnp form of delay_deliver (delay_common.h)."""
-    nslots, ncols = ring.shape
-    nrows = events.shape[0]
     nse = indices.shape[0]
     if nse == 0 or ring.size == 0:
         return ring
-    rows, inside = synapse_rows(indices, indptr, nrows, -1)
-    f = events.astype(ring.dtype) if weighted else (events != 0).astype(ring.dtype)
+    rows, valid, slot, cols = _synapses(ring, events, indices, indptr, delays, t)
     w = jnp.broadcast_to(data.reshape(-1), (nse,))
-    valid = inside & (indices >= 0) & (indices < ncols) & (events[rows] != 0)
-    slot = (jnp.remainder(t[0], nslots) + jnp.remainder(delays, nslots)) % nslots
-    contrib = jnp.where(valid, w * f[rows], 0)
-    return ring.at[slot, jnp.clip(indices, 0, ncols - 1)].add(contrib)
+    contrib = jnp.where(valid & (events[rows] != 0), w * _factor(events, ring.dtype, weighted)[rows], 0)
+    return ring.at[slot, cols].add(contrib)
+
+
+# Forward-mode rules. The output is ring + M(data) f(events), linear in the ring and in the weights; the
+# events' tangent goes through M itself (for binary events the straight-through estimate, as for the
+# event products: the spike gradient is the dense product). The rules are jnp scatter-adds, which JAX
+# transposes to gathers for reverse mode; an inactive event's synapses get an exact zero weight gradient.
+def _jvp_ring(t_ring, ring, *rest, outs, backend, weighted):
+    return [t_ring]
+
+
+def _scatter_tangent(ring, per_synapse, indices, indptr, delays, t, events):
+    if indices.shape[0] == 0 or ring.size == 0:
+        return jnp.zeros(ring.shape, per_synapse.dtype)
+    _, _, slot, cols = _synapses(ring, events, indices, indptr, delays, t)
+    return jnp.zeros(ring.shape, per_synapse.dtype).at[slot, cols].add(per_synapse)
+
+
+def _jvp_data(t_data, ring, events, data, indices, indptr, delays, t, *, outs, backend, weighted):
+    nse = indices.shape[0]
+    rows, valid, _, _ = _synapses(ring, events, indices, indptr, delays, t)
+    per = jnp.broadcast_to(t_data.reshape(-1), (nse,)) * _factor(events, t_data.dtype, weighted)[rows]
+    per = jnp.where(valid & (events[rows] != 0), per, 0)
+    return [_scatter_tangent(ring, per, indices, indptr, delays, t, events)]
+
+
+def _jvp_events(t_events, ring, events, data, indices, indptr, delays, t, *, outs, backend, weighted):
+    nse = indices.shape[0]
+    rows, valid, _, _ = _synapses(ring, events, indices, indptr, delays, t)
+    per = jnp.where(valid, jnp.broadcast_to(data.reshape(-1), (nse,)) * t_events.astype(data.dtype)[rows], 0)
+    return [_scatter_tangent(ring, per, indices, indptr, delays, t, events)]
 
 
 def _register():
@@ -68,6 +108,7 @@ def _register():
     op.def_cuda_kernel(compiled(cuda_module))
     for platform in ("cpu", "gpu", "tpu"):
         op.def_kernel("jnp", platform, lambda outs, weighted: functools.partial(reference_deliver, weighted=weighted))
+    op.def_jvp_rule2(_jvp_ring, _jvp_events, _jvp_data, None, None, None, None)
     return op
 
 
@@ -89,7 +130,10 @@ def _check_delays(name, delays, nslots):
 
 def _deliver(name, ring, events, data, indices, indptr, delays, t, shape, weighted, backend):
     if isinstance(events, EventRepresentation):
-        weighted = events._weighted if weighted is None else weighted
+        if weighted is not None and bool(weighted) != events._weighted:
+            raise EventArgumentError(f"{name}: weighted={weighted} contradicts the event type "
+                                  f"({type(events).__name__}); leave weighted=None or pass a plain array")
+        weighted = events._weighted
         events = events.value
     weighted = bool(weighted)
     ring, unit_r = _units.split(ring)
@@ -99,13 +143,19 @@ def _deliver(name, ring, events, data, indices, indptr, delays, t, shape, weight
     if (unit_r is None) != (not product_unit):
         raise EventUnitError(f"{name}: the ring's unit ({unit_r}) must be the unit of data times events "
                              f"({' * '.join(map(str, product_unit)) or 'none'})")
+    want = None
     if unit_r is not None:
         want = product_unit[0] if len(product_unit) == 1 else product_unit[0] * product_unit[1]
         if want != unit_r:
-            raise EventUnitError(f"{name}: the ring has unit {unit_r}; expected {want} (data times events)")
+            # a ring in a unit of the same dimension (V for mV deliveries) is converted to the delivered one
+            if not unit_r.has_same_dim(want):
+                raise EventUnitError(f"{name}: the ring has unit {unit_r}; expected {want} (data times events) or "
+                                     f"a unit of the same dimension")
+            ring = _units.attach(ring, unit_r).to_decimal(want)
     ring = jnp.asarray(ring)
     if ring.ndim != 2 or not jnp.issubdtype(ring.dtype, jnp.floating):
-        raise EventShapeError(f"{name}: ring must be a float (L, n_post) array; got {ring.dtype}{tuple(ring.shape)}")
+        raise EventShapeError(f"{name}: ring must be a 2-D float (L, n_post) array; got {ring.dtype}"
+                              f"{tuple(ring.shape)}")
     n_pre, n_post = _shape2(name, shape)
     nslots = ring.shape[0]
     if ring.shape[1] != n_post:
@@ -128,15 +178,23 @@ def _deliver(name, ring, events, data, indices, indptr, delays, t, shape, weight
     _check_delays(name, delays, nslots)
     delays = jnp.asarray(delays)
     if not jnp.issubdtype(delays.dtype, jnp.integer):
-        raise EventDTypeError(f"{name}: delays have dtype {delays.dtype}; they must be integer steps")
+        raise EventDTypeError(f"{name}: delays must be an integer array (steps); got dtype {delays.dtype}")
+    if delays.ndim > 1 or delays.size not in (1, nse):
+        raise EventShapeError(f"{name}: delays have shape {tuple(delays.shape)}; expected ({nse},) or a scalar")
+    if jnp.iinfo(delays.dtype).max > np.iinfo(np.int32).max:
+        delays = jnp.remainder(delays, nslots)  # (int64, uint32: wrapped before they are narrowed to int32)
     delays = jnp.broadcast_to(delays.astype(jnp.int32), (nse,))
     t = jnp.asarray(t)
-    if not jnp.issubdtype(t.dtype, jnp.integer) or t.size != 1:
-        raise EventDTypeError(f"{name}: t must be one integer step; got {t.dtype}{tuple(t.shape)}")
+    if not jnp.issubdtype(t.dtype, jnp.integer):
+        raise EventDTypeError(f"{name}: t must be an integer step; got dtype {t.dtype}")
+    if t.size != 1:
+        raise EventShapeError(f"{name}: t must be a scalar step; got shape {tuple(t.shape)}")
+    if jnp.iinfo(t.dtype).max > np.iinfo(np.int32).max:
+        t = jnp.remainder(t, nslots)
     res = csr_delay_deliver_p(ring.astype(dtype), events, data.reshape(-1), indices, indptr, delays,
                               t.reshape(1).astype(jnp.int32), outs=[SDS(ring.shape, dtype)], backend=backend,
                               weighted=weighted)[0]
-    return _units.attach(res.astype(out_dtype), unit_r)
+    return _units.attach(res.astype(out_dtype), want)
 
 
 def csr_delay_deliver(ring, events, data, indices, indptr, delays, t, *, shape, weighted: Optional[bool] = None,
@@ -197,31 +255,53 @@ class CSRDelayLayout:
         """
         name = "CSRDelayLayout.build"
         n_pre, n_post = _shape2(name, shape)
-        try:
-            idx, ptr = np.asarray(indices), np.asarray(indptr)
-            d = np.broadcast_to(np.asarray(delays), idx.shape).astype(np.int32)
-        except jax.errors.TracerArrayConversionError:
-            raise EventShapeError(f"{name}: indices, indptr and delays must be concrete (the layout is built once "
-                                  f"on the host); call it outside jit") from None
+        n_slots = int(n_slots)
+        if n_slots < 2:
+            raise EventShapeError(f"{name}: n_slots must be at least 2 (delays lie in [1, n_slots)); got {n_slots}")
+        if any(isinstance(a, jax.core.Tracer) for a in (indices, indptr, delays)):
+            raise EventTracedError(f"{name}: indices, indptr and delays must be concrete (the layout is built once "
+                                   f"on the host); call it outside jit")
+        idx, ptr, d = np.asarray(_units.split(indices)[0]), np.asarray(indptr), np.asarray(delays)
+        if not np.issubdtype(d.dtype, np.integer):
+            raise EventDTypeError(f"{name}: delays must be integer steps; got dtype {d.dtype}")
         if ptr.shape != (n_pre + 1,):
             raise EventShapeError(f"{name}: indptr has shape {ptr.shape}; expected ({n_pre + 1},)")
-        _check_delays(name, d, int(n_slots))
+        if idx.ndim != 1 or (ptr.size and int(ptr[-1]) != idx.size):
+            raise EventShapeError(f"{name}: indices has shape {idx.shape}; expected (nse,) with nse = indptr[-1] = "
+                                  f"{int(ptr[-1]) if ptr.size else 0}")
+        if d.ndim > 1 or d.size not in (1, idx.size):
+            raise EventShapeError(f"{name}: delays must have shape ({idx.size},), one per synapse, or be a scalar; "
+                                  f"got {d.shape}")
+        d = np.broadcast_to(d, idx.shape)
+        _check_delays(name, d, n_slots)
+        d = d.astype(np.int32)
         rows = np.repeat(np.arange(n_pre), np.diff(ptr))
         perm = np.lexsort((np.arange(idx.size), d, rows))  # by row, then delay, then original order
         # first position of delay >= d in each row: (row, delay) keys are sorted in layout order
-        keys = rows[perm].astype(np.int64) * int(n_slots) + d[perm]
-        grid = np.arange(n_pre, dtype=np.int64)[:, None] * int(n_slots) + np.arange(int(n_slots))[None, :]
+        keys = rows[perm].astype(np.int64) * n_slots + d[perm]
+        grid = np.arange(n_pre, dtype=np.int64)[:, None] * n_slots + np.arange(n_slots)[None, :]
         delay_ptr = (ptr[0] + np.searchsorted(keys, grid, side="left")).astype(ptr.dtype)
         layout = cls(None, jnp.asarray(idx[perm]), jnp.asarray(ptr), jnp.asarray(d[perm]), jnp.asarray(delay_ptr),
                      jnp.asarray(perm.astype(np.int32)), shape=(n_pre, n_post))
         return layout.with_data(data)
 
     def with_data(self, data):
-        """This layout with weights given in the original synapse order (or one shared weight)."""
+        """This layout with weights given in the original synapse order (one per synapse), or one shared
+        weight (a scalar or shape ``(1,)``, kept as shape ``(1,)``).
+
+        Example::
+
+            layout = layout.with_data(new_weights)      # new_weights: (nse,), in the CSR's order
+        """
         mantissa, unit = _units.split(data)
         mantissa = jnp.asarray(mantissa)
-        if mantissa.size > 1:
-            mantissa = mantissa.reshape(-1)[self.perm]
+        if mantissa.size == 1 and mantissa.ndim <= 1:
+            mantissa = mantissa.reshape(1)
+        elif mantissa.shape == (self.nse,):
+            mantissa = mantissa[self.perm]
+        else:
+            raise EventShapeError(f"CSRDelayLayout: data must be one weight per synapse ({self.nse},) or one shared "
+                                  f"weight; got shape {tuple(mantissa.shape)}")
         return CSRDelayLayout(_units.attach(mantissa, unit), self.indices, self.indptr, self.delays, self.delay_ptr,
                               self.perm, shape=self.shape)
 
@@ -246,5 +326,13 @@ def csr_delay_deliver_layout(ring, events, layout: CSRDelayLayout, t, *, weighte
 
         ring = xlakern.csr_delay_deliver_layout(ring, spikes, layout, t)
     """
+    name = "csr_delay_deliver_layout"
+    if not isinstance(layout, CSRDelayLayout):
+        raise EventDTypeError(f"{name}: layout must be a CSRDelayLayout (CSRDelayLayout.build); got "
+                              f"{type(layout).__name__}")
+    slots = np.shape(_units.split(ring)[0])
+    if len(slots) == 2 and slots[0] != layout.n_slots:
+        raise EventShapeError(f"{name}: ring has shape {slots}; expected (n_slots, n_post) = ({layout.n_slots}, "
+                              f"{layout.shape[1]}), the layout's")
     return _deliver("csr_delay_deliver_layout", ring, events, layout.data, layout.indices, layout.indptr,
                     layout.delays, t, layout.shape, weighted, backend)
