@@ -227,6 +227,45 @@ def test_grad_wrt_weights_and_vector(letter, transpose, rng):
 
 
 @pytest.mark.parametrize("letter", "sun")
+def test_grad_through_materialisation_and_nan_isolated_weight_cotangents(letter, rng):
+    """jit{s,u,n} (and W.todense()) differentiate with respect to the weight parameters: against
+    central differences of the same function, exact here because it is linear in them (float64). The
+    weight cotangent of a binary product ignores outputs no active spike reached, even where their
+    cotangent is NaN, and is exactly zero when no spike is active (BrainEvent 0.3's contract)."""
+    seed, shape, prob = int(rng.integers(0, 2**31)), (30, 40), 0.2
+    with x64():
+        ws = jnp.asarray(KINDS[letter], jnp.float64)
+        c = jnp.asarray(rng.standard_normal(shape))
+
+        def f(w):
+            return jnp.sum(getattr(xlakern, "jit" + letter)(*w, prob, seed, shape=shape) * c)
+
+        grad = jax.grad(f)(ws)
+        for i in range(ws.size):
+            e = jnp.zeros_like(ws).at[i].set(1e-3)
+            np.testing.assert_allclose(grad[i], (f(ws + e) - f(ws - e)) / 2e-3, rtol=1e-8)
+        assert np.all(np.abs(np.asarray(grad)) > 0)
+        cls = CLASSES[letter][0]
+        via_class = jax.grad(lambda w: jnp.sum(cls((*w, prob, seed), shape=shape, corder=True).todense() * c))(ws)
+        via_jit = jax.grad(lambda w: jnp.sum(getattr(xlakern, "jit" + letter)(*w, prob, seed, shape=shape,
+                                                                             corder=True) * c))(ws)
+        np.testing.assert_allclose(via_class, via_jit, rtol=1e-12)
+        m = np.asarray(getattr(xlakern, "jit" + letter)(*ws, prob, seed, shape=shape))
+        for spikes in (rng.random(shape[1]) < 0.05, np.zeros(shape[1], bool)):
+            def g(w):
+                return getattr(xlakern, "binary_jit" + letter + "mv")(*w, prob, jnp.asarray(spikes), seed, shape=shape)
+
+            reached = (m != 0)[:, spikes].any(axis=1)
+            ct = jnp.asarray(rng.random(shape[0]))
+            bad = jax.vjp(g, ws)[1](jnp.where(reached, ct, jnp.nan))[0]
+            good = jax.vjp(g, ws)[1](jnp.where(reached, ct, 0.0))[0]
+            assert np.all(np.isfinite(np.asarray(bad)))
+            np.testing.assert_allclose(bad, good, rtol=1e-12)
+            if not spikes.any():
+                np.testing.assert_array_equal(np.asarray(bad), 0)
+
+
+@pytest.mark.parametrize("letter", "sun")
 def test_vmap_over_vectors_is_one_mm_and_over_weights_loops(letter, rng):
     seed = int(rng.integers(0, 2**31))
     shape = (70, 50)
@@ -278,6 +317,16 @@ def test_matrix_classes(letter, corder, rng):
     leaves, tree = jax.tree_util.tree_flatten(W)
     assert len(leaves) == len(KINDS[letter]) + 1
     np.testing.assert_array_equal(np.asarray(jax.tree_util.tree_unflatten(tree, leaves).todense()), m)
+
+
+def test_brainevent_parameter_names_and_bound_order():
+    W = xlakern.JITCUniformC((0.1, 0.5, 0.2, 3), shape=(8, 6))
+    assert (W.wlow, W.whigh) == (0.1, 0.5) and W.data == (0.1, 0.5)
+    N = xlakern.JITCNormalR((0.2, 0.05, 0.2, 3), shape=(8, 6))
+    assert (N.wloc, N.wscale) == (0.2, 0.05)
+    assert xlakern.JITCScalarR((0.7, 0.2, 3), shape=(8, 6)).weight == 0.7
+    with pytest.raises(ValueError, match="wlow"):
+        xlakern.JITCUniformR((1.0, -1.0, 0.1, 3), shape=(8, 6))
 
 
 def test_deprecated_homo_names():

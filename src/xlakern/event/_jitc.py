@@ -22,13 +22,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import register_pytree_node_class
 
 from . import _jitc_kernels as JK
 from . import _units
-from ._errors import EventDTypeError, EventNDimError, EventShapeError, EventUnitError, UnsupportedOperationError
+from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, EventShapeError, EventUnitError,
+                      UnsupportedOperationError)
 from ._events import EventRepresentation
 from ._kernels import SDS, acc_dtype
 from ._layouts import DataRepresentation, _warn_renamed
@@ -367,7 +369,11 @@ class JITCMatrix(DataRepresentation):
         if seed is None:
             seed = np.random.randint(0, 10 ** 8)
         self._set(tuple(weights) + (seed,), _prob(type(self).__name__, prob), shape, corder, backend)
+        self._check_params()
         self._init_buffers(buffers)
+
+    def _check_params(self):
+        """Concrete weight parameters that cannot make a matrix raise here (the uniform bounds' order)."""
 
     def _set(self, children, prob, shape, corder, backend):
         self.weights = tuple(children[:-1])
@@ -679,6 +685,8 @@ class JITCScalarMatrix(JITCMatrix):
         assert isinstance(xlakern.JITCScalarC((0.1, 0.02, 42), shape=(10, 20)), xlakern.JITCScalarMatrix)
     """
 
+    weight = property(lambda self: self.weights[0], doc="The weight of every synapse (BrainEvent's name).")
+
 
 @register_pytree_node_class
 class JITCScalarR(JITCScalarMatrix):
@@ -714,6 +722,18 @@ class JITCUniformMatrix(JITCMatrix):
     _letter = "u"
     _nparams = 2
 
+    wlow = property(lambda self: self.weights[0], doc="The weights' lower bound (BrainEvent's name).")
+    whigh = property(lambda self: self.weights[1], doc="The weights' upper bound (BrainEvent's name).")
+
+    def _check_params(self):
+        lo, hi = (_units.split(w)[0] for w in self.weights)
+        try:
+            bad = bool(np.any(np.asarray(lo) > np.asarray(hi)))
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError):
+            return  # traced bounds are not checked
+        if bad:
+            raise EventArgumentError(f"{type(self).__name__}: wlow ({lo}) must not exceed whigh ({hi})")
+
 
 @register_pytree_node_class
 class JITCUniformR(JITCUniformMatrix):
@@ -747,6 +767,9 @@ class JITCNormalMatrix(JITCMatrix):
 
     _letter = "n"
     _nparams = 2
+
+    wloc = property(lambda self: self.weights[0], doc="The weights' mean (BrainEvent's name).")
+    wscale = property(lambda self: self.weights[1], doc="The weights' standard deviation (BrainEvent's name).")
 
 
 @register_pytree_node_class

@@ -198,6 +198,17 @@ def _undefined(x):
 _WEIGHT_LAW = {"s": "scalar", "u": "uniform", "n": "normal"}  # tags of each family
 
 
+
+def _params_cotangent(generated, ct, dtype):
+    """The cotangent of params (a, b), for an output linear in them: ct summed against the output made
+    with params (1, 0) and with (0, 1). Outputs no synapse reached (exactly 0) are skipped, not
+    multiplied, so a NaN cotangent there (an output that no active event fed) leaves the params' finite."""
+    parts = []
+    for unit in (jnp.array([1, 0], dtype), jnp.array([0, 1], dtype)):
+        y = generated(unit)
+        parts.append(jnp.sum(jnp.where(y != 0, y * ct.astype(y.dtype), 0)))
+    return jnp.stack(parts).astype(dtype)
+
 class _JitcKind:
     """The primitives of one weight kind: binary/float x mv/mm products and the materialisation."""
 
@@ -264,8 +275,17 @@ class _JitcKind:
         op.def_cuda_kernel(compiled(cuda_module))
         for platform in ("cpu", "gpu", "tpu"):
             op.def_kernel("jnp", platform, reference)
-        # G is linear in params: its tangent is G generated with the tangent as params.
+        # G is linear in params: its tangent is G generated with the tangent as params, and the
+        # cotangent of params is the cotangent's sum against G(1, 0) and G(0, 1).
         op.def_jvp_rule2(lambda t, params, *rest, **kw: op(t, *rest, **kw), None, None, None)
+
+        def transpose(cts, params, seed, table, qtable, *, outs, backend, shape):
+            if not _undefined(params) or _undefined(seed):
+                return [None] * 4
+            return [_params_cotangent(lambda unit: op(unit, seed, table, qtable, outs=list(outs), backend=backend,
+                                                      shape=shape)[0], cts[0], params.aval.dtype), None, None, None]
+
+        op.def_transpose_rule(transpose)
 
     # The product is linear in params (a, b) and in the vector; the spike tangent of a binary
     # operator goes through the float operator (surrogate gradient), as in the stored layouts.
@@ -283,15 +303,10 @@ class _JitcKind:
         ct = cts[0]
         res = [None] * 5
         if _undefined(params) and not _undefined(v):
-            p_aval = params.aval
-            mm = v.ndim == 2
-            op = self.ops[(binary, mm)]
-            parts = []
-            for unit in (jnp.array([1, 0], p_aval.dtype), jnp.array([0, 1], p_aval.dtype)):
-                y = op(unit, seed, table, qtable, v, outs=list(outs), backend=backend, transpose=transpose,
-                       shape=shape, log_keep=log_keep)[0]
-                parts.append(jnp.sum(y * ct))
-            res[0] = jnp.stack(parts).astype(p_aval.dtype)
+            op = self.ops[(binary, v.ndim == 2)]
+            res[0] = _params_cotangent(lambda unit: op(unit, seed, table, qtable, v, outs=list(outs), backend=backend,
+                                                       transpose=transpose, shape=shape, log_keep=log_keep)[0],
+                                       ct, params.aval.dtype)
         if _undefined(v) and not _undefined(params):
             v_aval = v.aval
             float_op = self.ops[(False, v_aval.ndim == 2)]
