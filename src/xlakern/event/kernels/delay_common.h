@@ -29,6 +29,7 @@ inline Ring checked_ring(const xk::Tensor& ring, const xk::Tensor& events, const
   XK_CHECK(out.dtype() == ring.dtype() && out.numel() == ring.numel()) << "output must match the ring";
   XK_CHECK(data.dtype() == ring.dtype()) << "weights must have the ring's dtype";
   const Ring g{events.numel(), ring.shape(1), ring.shape(0), indices.numel(), data.numel() == 1};
+  XK_CHECK(g.nslots < (int64_t(1) << 31)) << "the ring may hold at most 2^31 - 1 slots";
   XK_CHECK(indptr.numel() == g.nrows + 1) << "indptr must have n_pre + 1 entries";
   XK_CHECK(data.numel() == 1 || data.numel() == g.nse) << "data must hold one weight or one per synapse";
   XK_CHECK(delays.numel() == g.nse && delays.dtype() == DType::Int32) << "delays must be int32, one per synapse";

@@ -18,6 +18,14 @@ using namespace xk_delay;
 
 constexpr int kRound = 4;  // synapses a lane loads before its adds: 128 a warp a round
 
+// (t0 + d) mod L for t0 in [0, L): delays in [1, L) (what the Python API checks) take an add and a
+// compare; others (traced delays wrap) the floor modulo.
+__device__ __forceinline__ int32_t arrival_slot(int32_t t0, int32_t d, int32_t nslots) {
+  int32_t s = uint32_t(d) < uint32_t(nslots) ? d : int32_t(floor_mod(d, nslots));
+  s += t0;
+  return s >= nslots ? s - nslots : s;
+}
+
 // (kThreads, a block's, is the sparse kernels' 256: event_sparse_cuda.cuh)
 template <typename W, typename I, typename S, bool B>
 __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev, const W* data, const I* idx,
@@ -27,10 +35,12 @@ __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev,
   const int lane = int(threadIdx.x) & 31;
   if (first_row >= g.nrows) return;  // (the whole warp)
   const int64_t mine = first_row + lane;
-  const S x = lane < rows_per_warp && mine < g.nrows ? ev[mine] : S(0);
+  const bool mine_ok = lane < rows_per_warp && mine < g.nrows;
+  const int32_t step = *t;  // (issued beside the events' load)
+  const S x = mine_ok ? ev[mine] : S(0);
   unsigned pending = __ballot_sync(0xffffffffu, rule.active(x));
   if (pending == 0) return;
-  const int64_t t0 = floor_mod(int64_t(*t), g.nslots);
+  const int32_t nslots = int32_t(g.nslots), t0 = int32_t(floor_mod(int64_t(step), g.nslots));
   while (pending) {
     const int src = __ffs(pending) - 1;
     pending &= pending - 1;
@@ -38,18 +48,20 @@ __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev,
     int64_t begin, end;
     row_range(indptr, -1, g.nse, first_row + src, begin, end);
     for (int64_t e0 = begin; e0 < end; e0 += kRound * 32) {
-      int64_t c[kRound], slot[kRound];
+      int64_t c[kRound];
+      int32_t slot[kRound];
       W w[kRound];
 #pragma unroll
       for (int u = 0; u < kRound; ++u) {
         const int64_t e = e0 + u * 32 + lane;
         c[u] = e < end ? int64_t(idx[e]) : int64_t(-1);
-        slot[u] = e < end ? floor_mod(t0 + floor_mod(delays[e], g.nslots), g.nslots) : 0;
+        slot[u] = e < end ? arrival_slot(t0, delays[e], nslots) : 0;
         w[u] = e < end ? (g.homo ? data[0] : data[e]) : W(0);
       }
 #pragma unroll
       for (int u = 0; u < kRound; ++u)
-        if (uint64_t(c[u]) < uint64_t(g.ncols)) atomicAdd(ring + slot[u] * g.ncols + c[u], w[u] * f);  // else skipped
+        if (uint64_t(c[u]) < uint64_t(g.ncols))  // (else skipped)
+          atomicAdd(ring + int64_t(slot[u]) * g.ncols + c[u], w[u] * f);
     }
   }
 }

@@ -37,19 +37,30 @@ XK_HOST_DEVICE inline void row_slots(const I* indptr, const Rows& g, int64_t r, 
   }
 }
 
+// Synapse p's column (an index load for stored layouts, p itself for a dense row).
+template <typename I>
+XK_HOST_DEVICE inline int64_t column(const I* idx, const Rows& g, int64_t p) {
+  return g.mode == kDense ? p : int64_t(idx[p]);
+}
+
+// Where synapse p of row r keeps its weight (no load unless permuted); false if that is out of range.
+template <typename I>
+XK_HOST_DEVICE inline bool place(const I* perm, const Rows& g, int64_t r, int64_t p, int64_t& pos) {
+  if (g.mode == kDense) {
+    pos = r * g.row_stride + p * g.col_stride;
+    return true;
+  }
+  pos = g.permuted ? int64_t(perm[p]) : p;
+  return uint64_t(pos) < uint64_t(g.nse);
+}
+
 // Synapse p of row r: its column c and its weight's position pos. False where either is out of range:
 // that synapse is skipped (the policy of every platform).
 template <typename I>
 XK_HOST_DEVICE inline bool locate(const I* idx, const I* perm, const Rows& g, int64_t r, int64_t p, int64_t& c,
                                   int64_t& pos) {
-  if (g.mode == kDense) {
-    c = p;
-    pos = r * g.row_stride + p * g.col_stride;
-    return true;
-  }
-  c = int64_t(idx[p]);
-  pos = g.permuted ? int64_t(perm[p]) : p;
-  return uint64_t(c) < uint64_t(g.ncols) && uint64_t(pos) < uint64_t(g.nse);
+  c = column(idx, g, p);
+  return place(perm, g, r, p, pos) && uint64_t(c) < uint64_t(g.ncols);
 }
 
 // Updates the synapses of (active) row r one after another (the CPU's walk; the GPU's warps issue a

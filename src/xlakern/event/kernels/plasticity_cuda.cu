@@ -1,10 +1,10 @@
 // CUDA kernel of the plasticity updates (see plasticity_common.h and plasticity_cpu.cc). A warp
 // covers a few rows (rows_per_warp, the scatter's rule): its lanes read those rows' spikes in one
 // coalesced load, and it walks the active ones in turn, 128 synapses a round with every load of the
-// round issued before the first store. Inactive rows then cost a fraction of a warp, not a warp each
-// (a launch of one warp a row spent most of a small step scheduling warps that return at once), and an
-// active row of up to 128 synapses costs one round of memory latency. Rows own disjoint synapses, so no
-// atomics are needed.
+// round issued before the first store (a weight's load does not wait on its index's). Inactive rows
+// then cost a fraction of a warp, not a warp each (a launch of one warp a row spent most of a small step
+// scheduling warps that return at once), and an active row of up to 128 synapses costs one round of
+// memory latency. Rows own disjoint synapses, so no atomics are needed.
 
 #include <cuda_runtime.h>
 #include <cstdint>
@@ -21,29 +21,28 @@ using namespace xk_plastic;
 constexpr int kRound = 4;  // synapses a lane loads before it stores: 128 a warp a round
 
 template <typename W, typename I>
-__device__ inline void update_row_warp(W* w, const I* idx, const I* indptr, const I* perm, const W* trace, W lo,
-                                       W hi, const Rows& g, int64_t r, int lane) {
-  int64_t begin, end;
-  row_slots(indptr, g, r, begin, end);
+__device__ inline void update_row_warp(W* w, const I* idx, const I* perm, const W* trace, W lo, W hi, const Rows& g,
+                                       int64_t r, int64_t begin, int64_t end, int lane) {
   for (int64_t p0 = begin; p0 < end; p0 += kRound * 32) {
     int64_t c[kRound], pos[kRound];
-    bool ok[kRound];
-#pragma unroll
-    for (int u = 0; u < kRound; ++u) {
-      const int64_t p = p0 + u * 32 + lane;
-      ok[u] = p < end && locate(idx, perm, g, r, p, c[u], pos[u]);
-    }
+    bool in[kRound];
     W x[kRound], t[kRound];
 #pragma unroll
     for (int u = 0; u < kRound; ++u) {
-      if (ok[u]) {
-        x[u] = w[pos[u]];
-        t[u] = trace[c[u]];
-      }
+      const int64_t p = p0 + u * 32 + lane;
+      in[u] = p < end && place(perm, g, r, p, pos[u]);
+      c[u] = p < end ? column(idx, g, p) : -1;
     }
+    // a weight's position needs no index (unless permuted), so its load goes out beside the index's
 #pragma unroll
     for (int u = 0; u < kRound; ++u)
-      if (ok[u]) w[pos[u]] = clip(W(x[u] + t[u]), lo, hi);
+      if (in[u]) x[u] = w[pos[u]];
+#pragma unroll
+    for (int u = 0; u < kRound; ++u)
+      if (in[u] && uint64_t(c[u]) < uint64_t(g.ncols)) t[u] = trace[c[u]];
+#pragma unroll
+    for (int u = 0; u < kRound; ++u)
+      if (in[u] && uint64_t(c[u]) < uint64_t(g.ncols)) w[pos[u]] = clip(W(x[u] + t[u]), lo, hi);
   }
 }
 
@@ -63,7 +62,10 @@ __global__ void __launch_bounds__(kThreads) update_kernel(W* w, const I* idx, co
   while (pending) {
     const int src = __ffs(pending) - 1;
     pending &= pending - 1;
-    update_row_warp(w, idx, indptr, perm, trace, lo, hi, g, first_row + src, lane);
+    const int64_t r = first_row + src;
+    int64_t begin, end;
+    row_slots(indptr, g, r, begin, end);
+    update_row_warp(w, idx, perm, trace, lo, hi, g, r, begin, end, lane);
   }
 }
 
