@@ -33,6 +33,12 @@ for _name in dir(_xk):
     if not _name.startswith("__"):
         globals()[_name] = getattr(_xk, _name)
 __all__ = list(getattr(_xk, "__all__", []))
+
+
+def __getattr__(name):  # names xlakern resolves lazily (BrainEvent's deprecated and retired ones)
+    return getattr(_xk, name)
+
+
 __path__ = [{package!r}]  # submodules: BrainEvent's own files
 __version__ = "0.3.0"
 '''
