@@ -75,6 +75,12 @@ def test_brainevent_backend_names_select_xlakerns_kernels(rng, on_cpu):
                                    backend=alias)
         assert op.generator_calls.get(("cpu", backend), 0) == before + 1, alias
         np.testing.assert_allclose(out, s.astype(np.float64) @ dense, rtol=1e-5, atol=1e-5)
+    # BrainEvent's cuBLAS dense products are XLA's matrix product: the jnp kernel
+    op = xlakern.binary_densemv_p
+    before = op.generator_calls.get(("cpu", "jnp"), 0)
+    out = xlakern.binary_densemv(jnp.asarray(dense), s, transpose=True, backend="cublas")
+    assert op.generator_calls.get(("cpu", "jnp"), 0) == before + 1
+    np.testing.assert_allclose(out, s.astype(np.float64) @ dense, rtol=1e-5, atol=1e-5)
 
 
 def test_names_file_is_brainevent_0_3_0s_all():

@@ -138,9 +138,10 @@ __all__ += [*_dt2t_module.__all__, *_csr_tools_module.__all__]
 
 # BrainEvent 0.3's backend names, for code that passes backend= to an operator: its pure-JAX reference
 # selects xlakern's (jnp), its CPU kernels (Numba) xlakern's C++ ones, and each of its GPU kernels (raw
-# CUDA, Numba-CUDA, Pallas, Warp, cuSPARSE, TVM FFI) xlakern's one CUDA kernel of that operator.
+# CUDA, Numba-CUDA, Pallas, Warp, cuSPARSE, TVM FFI) xlakern's one CUDA kernel of that operator; its
+# cuBLAS dense products are XLA's own matrix product, which is jnp's.
 BRAINEVENT_BACKENDS = {"jax_raw": "jnp", "numba": "cpp", "cuda_raw": "cuda", "numba_cuda": "cuda", "pallas": "cuda",
-                       "warp": "cuda", "cusparse": "cuda", "tvmffi": "cuda"}
+                       "warp": "cuda", "cusparse": "cuda", "tvmffi": "cuda", "cublas": "jnp"}
 
 
 def _alias_brainevent_backends() -> None:
