@@ -655,6 +655,8 @@ def test_dense_indexing_and_iteration(rng):
     np.testing.assert_array_equal(W[2], d[2])
     np.testing.assert_array_equal(W[:, 1], d[:, 1])
     np.testing.assert_array_equal(W[-1, 3], d[-1, 3])
+    np.testing.assert_array_equal(W[[4, 0, 4]], d[[4, 0, 4]])  # a list selects rows, as in NumPy
+    np.testing.assert_array_equal(W[[1, 3], [0, 2]], d[[1, 3], [0, 2]])
     np.testing.assert_array_equal(np.stack([np.asarray(r) for r in W]), d)
     np.testing.assert_allclose((W % 0.5).todense(), np.mod(d, 0.5), rtol=1e-6, atol=1e-6)
     with pytest.raises(IndexError, match="out of range"):

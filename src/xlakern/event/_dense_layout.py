@@ -276,6 +276,11 @@ class Dense(DataRepresentation):
 
             row = W[3]
         """
+        # a list selects rows as in NumPy (jax refuses a non-tuple sequence as an index)
+        if isinstance(index, list):
+            index = np.asarray(index)
+        elif isinstance(index, tuple):
+            index = tuple(np.asarray(i) if isinstance(i, list) else i for i in index)
         first = index[0] if isinstance(index, tuple) and index else index
         if isinstance(first, (int, np.integer)) and not -self.shape[0] <= first < self.shape[0]:
             # (jax would clamp it to the last row)
