@@ -190,8 +190,31 @@ def _pip_nvcc_candidates() -> list[Path]:
     return found
 
 
+# Where find_nvcc looks first after $XLAKERN_NVCC and $CUDA_HOME/$CUDA_PATH: pip's nvidia packages
+# ("pip", the default) or PATH and /usr/local/cuda ("system"); config.prefer_system_nvcc sets it.
+_nvcc_preference = "pip"
+_pinned_arch: str | None = None  # config.set_compute_capability's architecture ('90'), or None
+
+
+def set_nvcc_preference(preference: str) -> None:
+    global _nvcc_preference
+    if preference not in ("pip", "system"):
+        raise ToolchainError(f"nvcc preference must be 'pip' or 'system'; got {preference!r}")
+    _nvcc_preference = preference
+
+
+def set_pinned_arch(arch: str | None) -> None:
+    global _pinned_arch
+    _pinned_arch = arch
+
+
+def pinned_arch() -> str | None:
+    return _pinned_arch
+
+
 def find_nvcc() -> str:
-    """Path of nvcc: $XLAKERN_NVCC, $CUDA_HOME, $CUDA_PATH, pip's nvidia packages, PATH, /usr/local/cuda."""
+    """Path of nvcc: $XLAKERN_NVCC, $CUDA_HOME, $CUDA_PATH, then pip's nvidia packages and PATH (and
+    /usr/local/cuda) in the order config.prefer_system_nvcc chose (pip's first by default)."""
     tried = []
     env = os.environ.get("XLAKERN_NVCC")
     if env:
@@ -205,18 +228,28 @@ def find_nvcc() -> str:
             tried.append(f"${var}/bin/nvcc ({cand})")
             if os.access(cand, os.X_OK):
                 return os.path.realpath(cand)
-    for cand in _pip_nvcc_candidates():
+
+    def from_pip():
+        for cand in _pip_nvcc_candidates():
+            tried.append(str(cand))
+            if os.access(cand, os.X_OK):
+                return os.path.realpath(cand)
+        return None
+
+    def from_system():
+        path = shutil.which("nvcc")
+        tried.append("nvcc on PATH")
+        if path:
+            return os.path.realpath(path)
+        cand = Path("/usr/local/cuda/bin/nvcc")
         tried.append(str(cand))
-        if os.access(cand, os.X_OK):
-            return os.path.realpath(cand)
-    path = shutil.which("nvcc")
-    tried.append("nvcc on PATH")
-    if path:
-        return os.path.realpath(path)
-    cand = Path("/usr/local/cuda/bin/nvcc")
-    tried.append(str(cand))
-    if os.access(cand, os.X_OK):
-        return os.path.realpath(cand)
+        return os.path.realpath(cand) if os.access(cand, os.X_OK) else None
+
+    order = (from_system, from_pip) if _nvcc_preference == "system" else (from_pip, from_system)
+    for look in order:
+        found = look()
+        if found:
+            return found
     raise NvccNotFoundError(
         "nvcc not found (looked at: " + ", ".join(tried) + "). Install the CUDA toolkit or "
         "'pip install nvidia-cuda-nvcc', or set XLAKERN_NVCC / CUDA_HOME"
@@ -304,12 +337,15 @@ def gpu_compute_capability() -> str | None:
 
 
 def cuda_arch(compute_capability: object = None) -> str:
-    """The arch to build for: argument, then $XLAKERN_CUDA_ARCH, then JAX's GPU."""
+    """The arch to build for: argument, then $XLAKERN_CUDA_ARCH, then config.set_compute_capability's,
+    then JAX's GPU."""
     if compute_capability is not None:
         return _normalise_arch(compute_capability, "compute_capability")
     env = os.environ.get("XLAKERN_CUDA_ARCH")
     if env:
         return _normalise_arch(env, "XLAKERN_CUDA_ARCH")
+    if _pinned_arch is not None:
+        return _pinned_arch
     cc = gpu_compute_capability()
     if cc is None:
         raise GpuArchDetectionError(

@@ -25,7 +25,9 @@ from . import _compat
 from .errors import ConfigError, PlatformError, XlakernError
 
 __all__ = ["set_backend", "get_backend", "clear_backends", "backends", "PLATFORMS",
-           "enable_cuda_graph_loops", "cuda_graph_loop_flags"]
+           "enable_cuda_graph_loops", "cuda_graph_loop_flags", "set_numba_parallel", "get_numba_parallel",
+           "get_numba_num_threads", "set_lfsr_algorithm", "get_lfsr_algorithm", "prefer_system_nvcc",
+           "set_compute_capability", "get_compute_capability"]
 
 # Platforms an op can have kernels for. 'gpu' covers CUDA (and ROCm, should jax report it).
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -207,3 +209,136 @@ def enable_cuda_graph_loops() -> None:
     kept = [f for f in current.split() if f.split("=")[0] not in names]
     os.environ["XLA_FLAGS"] = " ".join(kept + list(_GRAPH_LOOP_FLAGS))
 
+
+
+# ----------------------------------------------------------------------------- BrainEvent 0.3's other settings
+# brainevent.config has these too; code that calls them at set-up keeps working. Each docstring says what
+# the setting does here.
+
+_numba_parallel = False
+_numba_num_threads: Optional[int] = None
+_LFSR_ALGORITHMS = ("lfsr88", "lfsr113", "lfsr128")
+_lfsr_algorithm = "lfsr88"
+
+
+def set_numba_parallel(parallel: bool = True, num_threads: Optional[int] = None) -> None:
+    """BrainEvent's switch for its Numba CPU kernels. xlakern's event kernels are C++ and always spread
+    over XLA's CPU thread pool, so ``parallel`` is only recorded (:func:`get_numba_parallel` reads it
+    back). ``num_threads``, as in BrainEvent, sets Numba's thread pool, which your own
+    ``@numba.njit(parallel=True)`` kernels use (needs numba).
+
+    Example::
+
+        xlakern.config.set_numba_parallel(True, num_threads=4)
+        xlakern.config.get_numba_num_threads()   # 4
+    """
+    global _numba_parallel, _numba_num_threads
+    if num_threads is not None:
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+            raise ConfigError(f"set_numba_parallel: num_threads must be a positive int or None; got {num_threads!r}")
+        try:
+            import numba
+        except ImportError:
+            raise ConfigError("set_numba_parallel: num_threads sets Numba's thread pool, and numba is not "
+                              "installed (pip install numba), or pass num_threads=None") from None
+        numba.set_num_threads(num_threads)
+    with _lock:
+        _numba_parallel, _numba_num_threads = bool(parallel), num_threads
+
+
+def get_numba_parallel() -> bool:
+    """The flag :func:`set_numba_parallel` recorded (False until it is called).
+
+    Example::
+
+        assert xlakern.config.get_numba_parallel() in (True, False)
+    """
+    return _numba_parallel
+
+
+def get_numba_num_threads() -> Optional[int]:
+    """The Numba thread count :func:`set_numba_parallel` set, or None.
+
+    Example::
+
+        n = xlakern.config.get_numba_num_threads()
+    """
+    return _numba_num_threads
+
+
+def set_lfsr_algorithm(algorithm: str) -> None:
+    """BrainEvent's choice of random generator for its Pallas JITC kernels (``'lfsr88'``, ``'lfsr113'``,
+    ``'lfsr128'``). xlakern's JITC matrices come from one counter-based hash on every platform (the
+    same seed gives the same matrix on CPU and GPU), so the choice is checked and recorded only.
+
+    Example::
+
+        xlakern.config.set_lfsr_algorithm("lfsr113")
+    """
+    global _lfsr_algorithm
+    if algorithm not in _LFSR_ALGORITHMS:
+        raise ConfigError(f"set_lfsr_algorithm: algorithm must be one of {_LFSR_ALGORITHMS}; got {algorithm!r}")
+    with _lock:
+        _lfsr_algorithm = algorithm
+
+
+def get_lfsr_algorithm() -> str:
+    """The name :func:`set_lfsr_algorithm` recorded (``'lfsr88'`` by default).
+
+    Example::
+
+        assert xlakern.config.get_lfsr_algorithm() in ("lfsr88", "lfsr113", "lfsr128")
+    """
+    return _lfsr_algorithm
+
+
+def prefer_system_nvcc(enable: bool = True) -> None:
+    """Where xlakern looks for nvcc first: ``True`` the system's (``$CUDA_HOME``/``$CUDA_PATH``, ``PATH``,
+    ``/usr/local/cuda``) before pip's ``nvidia-cuda-nvcc``; ``False`` (the default) pip's before ``PATH``.
+    ``$XLAKERN_NVCC`` always wins. Modules built by another nvcc are cached under another key.
+
+    Example::
+
+        xlakern.config.prefer_system_nvcc()        # system nvcc first
+        xlakern.config.prefer_system_nvcc(False)   # back to the default order
+    """
+    from . import _toolchain
+
+    _toolchain.set_nvcc_preference("system" if enable else "pip")
+
+
+def set_compute_capability(value=None) -> None:
+    """Build CUDA modules for this GPU architecture instead of the one JAX's GPU reports (``"9.0"``,
+    ``"sm_90"``, ``"90"``, ``(9, 0)``, or a list of one of them; ``None`` detects again). For building
+    without a GPU, or for another GPU than this one. ``$XLAKERN_CUDA_ARCH`` and a loader's own
+    ``compute_capability=`` take precedence. xlakern builds one architecture per module, so a list of
+    several is refused.
+
+    Example::
+
+        xlakern.config.set_compute_capability("9.0")
+        xlakern.config.get_compute_capability()    # ['sm_90']
+        xlakern.config.set_compute_capability(None)
+    """
+    from . import _toolchain
+
+    if isinstance(value, (list, tuple)) and not (isinstance(value, tuple) and len(value) == 2
+                                                  and all(isinstance(v, int) for v in value)):
+        if len(value) != 1:
+            raise ConfigError(f"set_compute_capability: xlakern builds one architecture per module; pass one "
+                              f"value, not {len(value)} ({list(value)!r})")
+        value = value[0]
+    _toolchain.set_pinned_arch(None if value is None else _toolchain._normalise_arch(value, "compute capability"))
+
+
+def get_compute_capability() -> Optional[list]:
+    """The architecture :func:`set_compute_capability` pinned, as ``['sm_90']``, or None (detected).
+
+    Example::
+
+        pinned = xlakern.config.get_compute_capability()
+    """
+    from . import _toolchain
+
+    arch = _toolchain.pinned_arch()
+    return None if arch is None else [f"sm_{arch}"]
