@@ -86,3 +86,38 @@ def test_compute_capability_pin_decides_the_build_arch(restore_settings, monkeyp
         xlakern.config.set_compute_capability("ninety")
     xlakern.config.set_compute_capability(None)
     assert xlakern.config.get_compute_capability() is None
+
+
+SCALE = r"""
+#include <cuda_runtime.h>
+__global__ void scale_kernel(const float* x, float* out, int n, float factor) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < n) out[idx] = x[idx] * factor;
+}
+// @xk scale arg ret attr.factor:float32 stream
+void scale(const xk::Tensor x, xk::Tensor out, float factor, int64_t stream) {
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>(x.data_ptr<float>(), out.data_ptr<float>(), n,
+                                                                      factor);
+}
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_module_built_for_the_pinned_arch_runs(restore_settings, monkeypatch):
+    """Pinned to the GPU's own arch, a module builds for it and runs; another pin is another cache entry."""
+    import jax
+    import numpy as np
+    from conftest import unique_name
+
+    monkeypatch.delenv("XLAKERN_CUDA_ARCH", raising=False)
+    gpu = jax.devices("gpu")[0]
+    xlakern.config.set_compute_capability(gpu.compute_capability)
+    name = unique_name("pinned")
+    mod = xlakern.load_cuda_inline(name, SCALE)
+    x = jax.device_put(np.random.default_rng().standard_normal(10_001).astype(np.float32), gpu)
+    out = mod.scale(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype), factor=np.float32(2.5))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(x) * 2.5, rtol=1e-6)
+    xlakern.config.set_compute_capability("8.0")
+    other = xlakern.load_cuda_inline(name + "_80", SCALE)
+    assert other.path.parent.name != mod.path.parent.name
