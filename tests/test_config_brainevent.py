@@ -19,7 +19,7 @@ def restore_settings():
     xlakern.config._numba_parallel, xlakern.config._numba_num_threads = saved[0], saved[1]
     xlakern.config.set_lfsr_algorithm(saved[2])
     _toolchain.set_nvcc_preference(saved[3])
-    _toolchain.set_pinned_arch(saved[4])
+    _toolchain._pinned_arch = saved[4]
 
 
 def test_numba_parallel_and_lfsr_are_recorded_and_checked(restore_settings):

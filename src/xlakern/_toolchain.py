@@ -203,9 +203,10 @@ def set_nvcc_preference(preference: str) -> None:
     _nvcc_preference = preference
 
 
-def set_pinned_arch(arch: str | None) -> None:
+def set_pinned_arch(value: object) -> None:
+    """Pin the arch cuda_arch falls back to ('9.0', 'sm_90', (9, 0), ...), or None to detect again."""
     global _pinned_arch
-    _pinned_arch = arch
+    _pinned_arch = None if value is None else _normalise_arch(value, "compute capability")
 
 
 def pinned_arch() -> str | None:

@@ -328,7 +328,7 @@ def set_compute_capability(value=None) -> None:
             raise ConfigError(f"set_compute_capability: xlakern builds one architecture per module; pass one "
                               f"value, not {len(value)} ({list(value)!r})")
         value = value[0]
-    _toolchain.set_pinned_arch(None if value is None else _toolchain._normalise_arch(value, "compute capability"))
+    _toolchain.set_pinned_arch(value)
 
 
 def get_compute_capability() -> Optional[list]:

@@ -52,15 +52,25 @@ def _factor(events, dtype, weighted):
     return events.astype(dtype) if weighted else (events != 0).astype(dtype)
 
 
+def _delivered(ring, events, indices, indptr, delays, t, per_synapse):
+    """Zeros shaped like the ring plus ``per_synapse(rows)`` added at each valid synapse's slot and
+    column (rows: each synapse's presynaptic row)."""
+    if indices.shape[0] == 0 or ring.size == 0:
+        return jnp.zeros(ring.shape, ring.dtype)
+    rows, valid, slot, cols = _synapses(ring, events, indices, indptr, delays, t)
+    return jnp.zeros(ring.shape, ring.dtype).at[slot, cols].add(jnp.where(valid, per_synapse(rows), 0))
+
+
+def _weights_times_events(data, events, weighted, nse):
+    """A synapse's weight times f(its row's event), zero (selected, not multiplied) for inactive events."""
+    w = jnp.broadcast_to(data.reshape(-1), (nse,))
+    return lambda rows: jnp.where(events[rows] != 0, w * _factor(events, w.dtype, weighted)[rows], 0)
+
+
 def reference_deliver(ring, events, data, indices, indptr, delays, t, *, weighted):
     """jnp form of delay_deliver (delay_common.h)."""
-    nse = indices.shape[0]
-    if nse == 0 or ring.size == 0:
-        return ring
-    rows, valid, slot, cols = _synapses(ring, events, indices, indptr, delays, t)
-    w = jnp.broadcast_to(data.reshape(-1), (nse,))
-    contrib = jnp.where(valid & (events[rows] != 0), w * _factor(events, ring.dtype, weighted)[rows], 0)
-    return ring.at[slot, cols].add(contrib)
+    return ring + _delivered(ring, events, indices, indptr, delays, t,
+                             _weights_times_events(data, events, weighted, indices.shape[0]))
 
 
 # Forward-mode rules. The output is ring + M(data) f(events), linear in the ring and in the weights; the
@@ -71,26 +81,14 @@ def _jvp_ring(t_ring, ring, *rest, outs, backend, weighted):
     return [t_ring]
 
 
-def _scatter_tangent(ring, per_synapse, indices, indptr, delays, t, events):
-    if indices.shape[0] == 0 or ring.size == 0:
-        return jnp.zeros(ring.shape, per_synapse.dtype)
-    _, _, slot, cols = _synapses(ring, events, indices, indptr, delays, t)
-    return jnp.zeros(ring.shape, per_synapse.dtype).at[slot, cols].add(per_synapse)
-
-
 def _jvp_data(t_data, ring, events, data, indices, indptr, delays, t, *, outs, backend, weighted):
-    nse = indices.shape[0]
-    rows, valid, _, _ = _synapses(ring, events, indices, indptr, delays, t)
-    per = jnp.broadcast_to(t_data.reshape(-1), (nse,)) * _factor(events, t_data.dtype, weighted)[rows]
-    per = jnp.where(valid & (events[rows] != 0), per, 0)
-    return [_scatter_tangent(ring, per, indices, indptr, delays, t, events)]
+    return [_delivered(ring, events, indices, indptr, delays, t,
+                       _weights_times_events(t_data, events, weighted, indices.shape[0]))]
 
 
 def _jvp_events(t_events, ring, events, data, indices, indptr, delays, t, *, outs, backend, weighted):
-    nse = indices.shape[0]
-    rows, valid, _, _ = _synapses(ring, events, indices, indptr, delays, t)
-    per = jnp.where(valid, jnp.broadcast_to(data.reshape(-1), (nse,)) * t_events.astype(data.dtype)[rows], 0)
-    return [_scatter_tangent(ring, per, indices, indptr, delays, t, events)]
+    w = jnp.broadcast_to(data.reshape(-1), (indices.shape[0],))
+    return [_delivered(ring, events, indices, indptr, delays, t, lambda rows: w * t_events.astype(w.dtype)[rows])]
 
 
 def _register():
@@ -261,7 +259,7 @@ class CSRDelayLayout:
         if any(isinstance(a, jax.core.Tracer) for a in (indices, indptr, delays)):
             raise EventTracedError(f"{name}: indices, indptr and delays must be concrete (the layout is built once "
                                    f"on the host); call it outside jit")
-        idx, ptr, d = np.asarray(_units.split(indices)[0]), np.asarray(indptr), np.asarray(delays)
+        idx, ptr, d = np.asarray(indices), np.asarray(indptr), np.asarray(delays)
         if not np.issubdtype(d.dtype, np.integer):
             raise EventDTypeError(f"{name}: delays must be integer steps; got dtype {d.dtype}")
         if ptr.shape != (n_pre + 1,):

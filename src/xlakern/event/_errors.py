@@ -14,8 +14,9 @@ from ..errors import MathError, UnsupportedOperationError, XlakernError
 
 # UnsupportedOperationError (a method a layout deliberately refuses, e.g. a plasticity update on a JITC
 # matrix, which stores no per-synapse weight) is xlakern's, defined with the other errors.
-__all__ = ["EventShapeError", "EventMatmulError", "EventNDimError", "EventArgumentError", "EventTracedError", "EventIndexError", "EventDTypeError", "EventUnitError", "IndexConversionError",
-           "EventDependencyError", "EventBufferError", "UnsupportedOperationError"]
+__all__ = ["EventShapeError", "EventMatmulError", "EventNDimError", "EventArgumentError", "EventTracedError",
+           "EventIndexError", "EventDTypeError", "EventUnitError", "IndexConversionError", "EventDependencyError",
+           "EventBufferError", "UnsupportedOperationError"]
 
 
 class EventShapeError(XlakernError, ValueError):

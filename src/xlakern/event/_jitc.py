@@ -652,7 +652,7 @@ class JITCMatrix(DataRepresentation):
         ndim = np.ndim(mantissa)
         if ndim not in (1, 2):
             raise EventNDimError(f"{type(self).__name__} @: the other operand must be 1-D or 2-D; got shape "
-                                  f"{np.shape(mantissa)}")
+                                 f"{np.shape(mantissa)}")
         shape, _ = self._stored()
         first, second = self._pair()
         fn = _PRODUCTS[self._letter][(binary, ndim == 2)]

@@ -198,7 +198,6 @@ def _undefined(x):
 _WEIGHT_LAW = {"s": "scalar", "u": "uniform", "n": "normal"}  # tags of each family
 
 
-
 def _params_cotangent(generated, ct, dtype):
     """The cotangent of params (a, b), for an output linear in them: ct summed against the output made
     with params (1, 0) and with (0, 1). Outputs no synapse reached (exactly 0) are skipped, not
@@ -208,6 +207,7 @@ def _params_cotangent(generated, ct, dtype):
         y = generated(unit)
         parts.append(jnp.sum(jnp.where(y != 0, y * ct.astype(y.dtype), 0)))
     return jnp.stack(parts).astype(dtype)
+
 
 class _JitcKind:
     """The primitives of one weight kind: binary/float x mv/mm products and the materialisation."""

@@ -73,7 +73,7 @@ def _concrete_rows(who: str, index, nrows: int) -> np.ndarray:
     known now, since the result's synapse count depends on them."""
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(index)):
         raise EventTracedError(f"{who}.slice_rows: the row index must be concrete (the result's synapse count "
-                              f"depends on it); call it outside jax.jit")
+                               f"depends on it); call it outside jax.jit")
     return np.atleast_1d(np.asarray(_row_selector(f"{who}.slice_rows", index, nrows))).astype(np.int64)
 
 
@@ -234,7 +234,7 @@ class DataRepresentation:
         ndim = np.ndim(mantissa)
         if ndim not in (1, 2):
             raise EventNDimError(f"{type(self).__name__} @: the other operand must be 1-D or 2-D; got shape "
-                                  f"{np.shape(mantissa)}")
+                                 f"{np.shape(mantissa)}")
         transpose = self._flipped if w_on_left else not self._flipped
         if not w_on_left and ndim == 2:  # (k, m) @ W = (W.T @ x.T).T
             value = value.T
@@ -913,7 +913,7 @@ class CSR(DataRepresentation):
                                  f"({unit or 'none'}); convert it first")
         if isinstance(self.indices, jax.core.Tracer) or isinstance(self.indptr, jax.core.Tracer):
             raise EventTracedError(f"{name}: indices and indptr must be concrete (the result's structure depends "
-                                  f"on them); call diag_add outside jit")
+                                   f"on them); call diag_add outside jit")
         indices, indptr = np.asarray(self.indices), np.asarray(self.indptr)
         new_indices, new_indptr, moved, diag = _diagonal_plan(name, indices, indptr, n_diag)
         new_data = (jnp.zeros((new_indices.size,), data.dtype).at[moved].set(data)
