@@ -271,6 +271,95 @@ def test_buffers(kind, rng):
     assert isinstance(EventBufferError("x"), xlakern.XlakernError)
 
 
+@pytest.mark.parametrize("kind", ["CSR", "CSC"])
+def test_constructor_indptr_dtype_and_check_structure(kind, rng):
+    """BrainEvent 0.3's constructor arguments: indptr_dtype casts indptr ("auto" keeps it), and
+    check_structure=True rejects a concrete malformed structure while a valid one multiplies as before."""
+    case = make_case(rng, kind, (9, 7), 0.4)
+    data, indices, indptr = case.W._arrays()
+    cls = type(case.W)
+    x = rng.standard_normal(case.W.shape[1]).astype(np.float32)
+    expected = case.dense @ x
+    with x64():
+        wide = jnp.asarray(np.asarray(indptr), jnp.int64)
+        assert cls((data, indices, wide), shape=case.W.shape).indptr.dtype == jnp.int64  # "auto" keeps it
+        narrowed = cls((data, indices, wide), shape=case.W.shape, indptr_dtype=jnp.int32)
+        assert narrowed.indptr.dtype == jnp.int32
+        np.testing.assert_allclose(narrowed @ x, expected, rtol=1e-5, atol=1e-5)
+        assert cls((data, indices, indptr), shape=case.W.shape, indptr_dtype="int64").indptr.dtype == jnp.int64
+    with pytest.raises(xlakern.XlakernError, match="jax_enable_x64"):
+        cls((data, indices, indptr), shape=case.W.shape, indptr_dtype=np.int64)
+    with pytest.raises(xlakern.XlakernError, match="indptr_dtype must be"):
+        cls((data, indices, indptr), shape=case.W.shape, indptr_dtype="float32")
+
+    checked = cls(data, indices, indptr, shape=case.W.shape, check_structure=True)
+    np.testing.assert_allclose(checked @ x, expected, rtol=1e-5, atol=1e-5)
+    ptr, idx = np.asarray(indptr), np.asarray(indices)
+    n_secondary = case.W.shape[1] if kind == "CSR" else case.W.shape[0]
+    bad_start = ptr + 1
+    falling = ptr.copy()
+    row = int(np.argmax(np.diff(ptr) > 0))  # a row with synapses: make it end before it starts
+    falling[row + 1] = falling[row] - 1
+    out_of_range = idx.copy()
+    out_of_range[rng.integers(idx.size)] = n_secondary + int(rng.integers(1, 5))
+    negative = idx.copy()
+    negative[rng.integers(idx.size)] = -1
+    for bad_idx, bad_ptr, message in ((idx, bad_start, "rise from 0"), (idx, falling, f"row {row} ends"),
+                                      (out_of_range, ptr, "indices must lie"), (negative, ptr, "indices must lie")):
+        with pytest.raises(xlakern.event.EventShapeError, match=message):
+            cls((data, jnp.asarray(bad_idx), jnp.asarray(bad_ptr)), shape=case.W.shape, check_structure=True)
+        cls((data, jnp.asarray(bad_idx), jnp.asarray(bad_ptr)), shape=case.W.shape)  # unchecked by default
+    with pytest.raises(xlakern.event.EventDTypeError, match="indices must be int32 or int64"):
+        cls((data, jnp.asarray(idx, jnp.float32), indptr), shape=case.W.shape, check_structure=True)
+    # traced arrays cannot be read: the check lets them pass, and the product is unchanged
+    traced = jax.jit(lambda d, i, p: cls((d, i, p), shape=case.W.shape, check_structure=True) @ x)
+    np.testing.assert_allclose(traced(data, indices, indptr), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_subclass_of_the_base_and_attribute_buffers(rng):
+    """A subclass written against BrainEvent's base (``super().__init__(arrays, shape=...)``) gets its shape
+    and buffers; buffers are attributes listed in _buffer_registry, so plain assignment updates
+    ``buffers``, and they survive the pytree round trip and jit."""
+
+    @jax.tree_util.register_pytree_node_class
+    class Scaled(xlakern.DataRepresentation):
+        def __init__(self, value, *, shape, buffers=None):
+            self.value = jnp.asarray(value)
+            super().__init__((self.value,), shape=shape, buffers=buffers)
+            self.register_buffer("norm", None)
+
+        def tree_flatten(self):
+            return (self.value, self.buffers), self.shape
+
+        @classmethod
+        def tree_unflatten(cls, shape, children):
+            obj = object.__new__(cls)
+            obj.value, obj.shape = children[0], shape
+            obj._restore_buffers(children[1])
+            return obj
+
+    value = rng.standard_normal(3).astype(np.float32)
+    tag = rng.standard_normal(2).astype(np.float32)
+    obj = Scaled(value, shape=[3, 1], buffers={"tag": jnp.asarray(tag)})
+    assert obj.shape == (3, 1)
+    assert set(obj.buffers) == {"tag", "norm"} == obj._buffer_registry
+    assert obj.norm is None
+    obj.norm = jnp.float32(np.abs(value).sum())  # plain assignment is the buffer's value
+    np.testing.assert_allclose(obj.buffers["norm"], np.abs(value).sum(), rtol=1e-6)
+    out = jax.jit(lambda o: o)(obj)
+    assert isinstance(out, Scaled) and out._buffer_registry == {"tag", "norm"}
+    np.testing.assert_array_equal(out.tag, tag)
+    np.testing.assert_allclose(out.norm, np.abs(value).sum(), rtol=1e-6)
+    with pytest.raises(EventBufferError, match="not registered"):
+        obj.set_buffer("missing", 1)
+    # a layout's buffer is an attribute too, and a transform that keeps the structure keeps it
+    W = make_case(rng, "CSR", (5, 4), 0.5).W
+    W.register_buffer("delays", jnp.arange(W.nse))
+    W.delays = W.delays + 2
+    np.testing.assert_array_equal((W * 2.0).buffers["delays"], np.arange(W.nse) + 2)
+    assert "delays" in jax.jit(lambda W: W.T)(W)._buffer_registry
+
+
 # ----------------------------------------------------------------------------- Dense
 
 def test_dense_products_under_jit(rng):

@@ -390,7 +390,7 @@ class JITCMatrix(DataRepresentation):
     def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
         obj._set(tuple(children[:-1]), *aux)
-        obj._buffers = dict(children[-1])
+        obj._restore_buffers(children[-1])
         return obj
 
     @property

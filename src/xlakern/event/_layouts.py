@@ -78,7 +78,24 @@ def _concrete_rows(who: str, index, nrows: int) -> np.ndarray:
 
 
 class DataRepresentation:
-    """Base of the stored-connectivity layouts (BrainEvent's name)."""
+    """Base of the stored-connectivity layouts (BrainEvent's name).
+
+    A subclass written against BrainEvent's base calls ``super().__init__(arrays, shape=shape,
+    buffers=buffers)``: that records ``shape`` and registers ``buffers``. Buffers are plain attributes
+    whose names are listed in ``_buffer_registry``, as in BrainEvent, so assigning ``W.name = value``
+    updates ``W.buffers`` too.
+
+    Example::
+
+        class Ring(xlakern.DataRepresentation):
+            def __init__(self, data, *, shape, buffers=None):
+                self.data = data
+                super().__init__((data,), shape=shape, buffers=buffers)
+    """
+
+    def __init__(self, *args, shape, buffers=None):
+        self.shape = _shape_arg(type(self).__name__, shape)
+        self._init_buffers(buffers)
 
     __array_ufunc__ = None  # numpy defers `ndarray @ layout` to __rmatmul__
     __array_priority__ = 200
@@ -109,7 +126,7 @@ class DataRepresentation:
     def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
         obj._set(tuple(children[:-1]), *aux)
-        obj._buffers = dict(children[-1])
+        obj._restore_buffers(children[-1])
         return obj
 
     def _set(self, arrays, shape, backend=None):
@@ -325,7 +342,7 @@ class DataRepresentation:
 
     # -------------------------------------------------------------- buffers
     def _init_buffers(self, buffers):
-        self._buffers = {}
+        self._buffer_registry = set()
         if buffers is None:
             return
         if not isinstance(buffers, dict):
@@ -334,9 +351,15 @@ class DataRepresentation:
         for name, value in buffers.items():
             self.register_buffer(name, value)
 
+    def _restore_buffers(self, buffers):
+        # a pytree rebuild: the names were checked when they were registered
+        self._buffer_registry = set(buffers)
+        for name, value in buffers.items():
+            setattr(self, name, value)
+
     @property
     def buffers(self) -> dict:
-        """The auxiliary values carried with the layout (a copy of the name -> value dict). They
+        """The auxiliary values carried with the layout (a new name -> value dict each call). They
         are pytree leaves, so they go through ``jit`` with the layout.
 
         Example::
@@ -344,7 +367,8 @@ class DataRepresentation:
             W = xlakern.CSR((data, indices, indptr), shape=(3, 4), buffers={"delays": d})
             W.buffers["delays"]
         """
-        return dict(self.__dict__.get("_buffers", {}))
+        names = self.__dict__.get("_buffer_registry", ())
+        return {name: getattr(self, name, None) for name in sorted(names)}
 
     def register_buffer(self, name: str, value=None):
         """Attach ``value`` under ``name`` (then readable as ``W.name`` and in ``W.buffers``).
@@ -356,10 +380,12 @@ class DataRepresentation:
         """
         if not isinstance(name, str) or not name.isidentifier():
             raise EventBufferError(f"{type(self).__name__}.register_buffer: name must be an identifier; got {name!r}")
-        if name not in self.__dict__.get("_buffers", {}) and (hasattr(type(self), name) or name in self.__dict__):
+        registry = self.__dict__.setdefault("_buffer_registry", set())
+        if name not in registry and (hasattr(type(self), name) or name in self.__dict__):
             raise EventBufferError(f"{type(self).__name__}.register_buffer: name {name!r} would shadow the layout's "
                                    f"own attribute; pick another name")
-        self._buffers = {**self.buffers, name: value}
+        registry.add(name)
+        setattr(self, name, value)
 
     def set_buffer(self, name: str, value):
         """Replace the value of a buffer registered earlier.
@@ -368,17 +394,14 @@ class DataRepresentation:
 
             W.set_buffer("delays", W.delays + 1)
         """
-        if name not in self.buffers:
-            raise EventBufferError(f"{type(self).__name__}.set_buffer: no buffer named {name!r} (registered: "
-                                   f"{sorted(self.buffers)}); call register_buffer first")
-        self._buffers = {**self.buffers, name: value}
+        if name not in self.__dict__.get("_buffer_registry", ()):
+            raise EventBufferError(f"{type(self).__name__}.set_buffer: buffer {name!r} is not registered "
+                                   f"(registered: {sorted(self.buffers)}); call register_buffer first")
+        setattr(self, name, value)
 
     def __getattr__(self, name):
-        # only reached when normal lookup fails: registered buffers read as attributes, and BrainEvent
-        # methods xlakern does not provide (their properties raise NotProvidedError, which lands here)
-        buffers = self.__dict__.get("_buffers", {})
-        if name in buffers:
-            return buffers[name]
+        # only reached when normal lookup fails: BrainEvent methods xlakern does not provide (their
+        # properties raise NotProvidedError, which lands here)
         if name in ("apply_on_pre", "apply_on_post") and isinstance(self, CSR):
             raise _not_provided(f"{type(self).__name__}.{name}", "update_" + name[len("apply_"):])
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -709,6 +732,46 @@ def _validate_csr(cls_name, data, indices, indptr, stored):
                               f"weight, or ({nse},), one per index")
 
 
+def _indptr_dtype(name, requested, nse, auto):
+    """The dtype an ``indptr`` gets from an ``indptr_dtype`` argument: ``"auto"`` gives ``auto``;
+    int32 and int64 are taken (int32 only while ``nse`` fits it, int64 only with ``jax_enable_x64``)."""
+    if isinstance(requested, str) and requested == "auto":
+        requested = auto
+    try:
+        dtype = jnp.dtype(requested)
+    except TypeError:
+        dtype = None
+    if dtype not in (jnp.dtype(jnp.int32), jnp.dtype(jnp.int64)):
+        raise EventDTypeError(f"{name}: indptr_dtype must be 'auto', int32 or int64; got {requested!r}")
+    if dtype == jnp.dtype(jnp.int64) and not jax.config.jax_enable_x64:
+        raise EventDTypeError(f"{name}: indptr_dtype=int64 needs 64-bit JAX types: enable jax_enable_x64 "
+                              f"(or use int32, which holds up to 2^31 - 1 synapses)")
+    if dtype == jnp.dtype(jnp.int32) and nse > np.iinfo(np.int32).max:
+        raise EventDTypeError(f"{name}: indptr_dtype=int32 cannot hold {nse} synapses (at most 2^31 - 1); use "
+                              f"int64 (with jax_enable_x64)")
+    return dtype
+
+
+def _check_structure(name, indices, indptr, stored):
+    """``check_structure=True``: concrete ``indices``/``indptr`` must form a valid compressed structure
+    (traced ones cannot be read, so they pass unchecked; the kernels' bounds policy still holds)."""
+    for what, arr in (("indices", indices), ("indptr", indptr)):
+        if not jnp.issubdtype(arr.dtype, jnp.integer):
+            raise EventDTypeError(f"{name}: {what} must be int32 or int64; got {arr.dtype}")
+    if isinstance(indices, jax.core.Tracer) or isinstance(indptr, jax.core.Tracer):
+        return
+    rows, cols = stored
+    idx, ptr = np.asarray(indices), np.asarray(indptr)
+    counts = np.diff(ptr)
+    if ptr[0] != 0 or ptr[-1] != idx.size or (counts < 0).any():
+        where = f"; row {int(np.argmax(counts < 0))} ends before it starts" if (counts < 0).any() else ""
+        raise EventShapeError(f"{name}: indptr must rise from 0 to nse ({idx.size}) without falling; got "
+                              f"{int(ptr[0])} .. {int(ptr[-1])}{where}")
+    if idx.size and (idx.min() < 0 or idx.max() >= cols):
+        raise EventShapeError(f"{name}: indices must lie in [0, {cols}) for {cols} stored columns; got "
+                              f"{int(idx.min())} .. {int(idx.max())}")
+
+
 def _diagonal_plan(name, indices, indptr, n_diag):
     """The structure of ``S + diag`` for a compressed structure: (indices, indptr, where each old
     synapse moves, where each diagonal value adds). A row's first stored diagonal entry takes the
@@ -809,6 +872,12 @@ class CSR(DataRepresentation):
     (one per index, or one shared weight). ``s @ W`` (s of length m) scatters the rows of active
     spikes; ``W @ s`` (length n) gathers.
 
+    As in BrainEvent 0.3, ``indptr_dtype`` (``"auto"``, int32 or int64) casts ``indptr``; ``"auto"``
+    keeps its dtype. ``check_structure=True`` checks concrete arrays now (``indptr`` rising from 0 to
+    ``nse``, ``indices`` inside the matrix) and raises :class:`EventShapeError`; the default
+    (``False``, unlike BrainEvent) reads nothing back to the host, and out-of-range indices are then
+    dropped by every product (README, "Out of range").
+
     Example::
 
         W = xlakern.CSR((jnp.ones(3), jnp.array([0, 2, 1]), jnp.array([0, 2, 3])), shape=(2, 3))
@@ -817,18 +886,28 @@ class CSR(DataRepresentation):
 
     __module__ = "xlakern"
 
-    def __init__(self, *args, shape, backend=None, buffers=None):
+    def __init__(self, *args, shape, backend=None, buffers=None, indptr_dtype="auto", check_structure=False):
+        # indptr_dtype and check_structure: BrainEvent 0.3's constructor arguments. "auto" keeps indptr's
+        # own dtype (the kernels take int32 and int64 alike). The structure is checked only on request:
+        # the check reads the arrays back to the host, which a large network pays on every construction.
         data, indices, indptr = _unpack(args, 3)
-        shape = _shape_arg(type(self).__name__, shape)
-        arrays = (_as_array(data), jnp.asarray(indices), jnp.asarray(indptr))
+        name = type(self).__name__
+        shape = _shape_arg(name, shape)
+        indices, indptr = jnp.asarray(indices), jnp.asarray(indptr)
+        auto = isinstance(indptr_dtype, str) and indptr_dtype == "auto"
+        if not auto and jnp.issubdtype(indptr.dtype, jnp.integer):  # a float one is refused by the kernels' checks
+            indptr = indptr.astype(_indptr_dtype(name, indptr_dtype, np.size(indices), auto=None))
+        arrays = (_as_array(data), indices, indptr)
         self._set(arrays, shape, backend)
         self._init_buffers(buffers)
-        _validate_csr(type(self).__name__, *arrays, self._stored_shape())
+        _validate_csr(name, *arrays, self._stored_shape())
+        if check_structure:
+            _check_structure(name, indices, indptr, self._stored_shape())
 
     @property
     def T(self):
         """The transpose: a CSC view of the same arrays."""
-        return CSC(self._arrays(), shape=self.shape[::-1], backend=self.backend)
+        return CSC(self._arrays(), shape=self.shape[::-1], backend=self.backend, buffers=self.buffers)
 
     def build_weight_indices(self):
         """The matrix itself. (BrainEvent caches a column index of a CSR here for its ``W @ s``
@@ -944,14 +1023,7 @@ class CSR(DataRepresentation):
         m, unit = _units.split(mat)
         if np.ndim(m) != 2:
             raise EventShapeError(f"{name}: expected a 2-D matrix; got shape {np.shape(m)}")
-        if indptr_dtype == "auto":
-            indptr_dtype = index_dtype
-        indptr_dtype = jnp.dtype(indptr_dtype)
-        if indptr_dtype not in (jnp.dtype(jnp.int32), jnp.dtype(jnp.int64)):
-            raise EventDTypeError(f"{name}: indptr_dtype must be 'auto', int32 or int64; got {indptr_dtype}")
-        if indptr_dtype == jnp.dtype(jnp.int64) and not jax.config.jax_enable_x64:
-            raise EventDTypeError(f"{name}: indptr_dtype=int64 needs 64-bit JAX types: enable jax_enable_x64 "
-                                  f"(or use int32, which holds up to 2^31 - 1 synapses)")
+        indptr_dtype = _indptr_dtype(name, indptr_dtype, 0 if nse is None else int(nse), auto=index_dtype)
         if nse is None:
             stored = np.asarray(m)
             stored = stored.T if cls is CSC else stored
@@ -999,7 +1071,7 @@ class CSC(CSR):
     @property
     def T(self):
         """The transpose: a CSR view of the same arrays."""
-        return CSR(self._arrays(), shape=self.shape[::-1], backend=self.backend)
+        return CSR(self._arrays(), shape=self.shape[::-1], backend=self.backend, buffers=self.buffers)
 
 
 class FixedNumConn(DataRepresentation):
@@ -1106,7 +1178,7 @@ class FixedNumPerPre(FixedNumConn):
 
     @property
     def T(self):
-        return FixedNumPerPost(self._arrays(), shape=self.shape[::-1], backend=self.backend)
+        return FixedNumPerPost(self._arrays(), shape=self.shape[::-1], backend=self.backend, buffers=self.buffers)
 
 
 @register_pytree_node_class
@@ -1126,5 +1198,5 @@ class FixedNumPerPost(FixedNumConn):
 
     @property
     def T(self):
-        return FixedNumPerPre(self._arrays(), shape=self.shape[::-1], backend=self.backend)
+        return FixedNumPerPre(self._arrays(), shape=self.shape[::-1], backend=self.backend, buffers=self.buffers)
 
