@@ -274,6 +274,20 @@ def print_header(title: str, info: dict[str, Any], extra_versions: str = "") -> 
     print("\n".join(header), flush=True)
 
 
+def warm_gpu(seconds: float = 2.0) -> None:
+    """Keep the GPU busy for `seconds` before the first timed cell, so that the first cells are not
+    timed while its clocks are still rising (the first rows of earlier tables were slow for every library)."""
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        return
+    x = jax.device_put(jnp.ones((2048, 2048), jnp.float32), gpu)
+    step = jax.jit(lambda a: jax.lax.fori_loop(0, 20, lambda i, b: (b @ a) * (1.0 / 2048), a))
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        x = jax.block_until_ready(step(x))
+
+
 def run_sections(sections: Iterable[tuple[str, Callable[[], list[Table]]]]) -> list[Table]:
     """Run each (key, fn) section and print its tables; a section that raises becomes an error table."""
     tables: list[Table] = []

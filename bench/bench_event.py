@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, hashed_trains, log,
-                       machine_info, print_header, ratio, run_sections, time_fn)
+                       machine_info, print_header, ratio, run_sections, time_fn, warm_gpu)
 
 import jax
 import jax.numpy as jnp
@@ -298,6 +298,8 @@ def main() -> int:
     info = machine_info()
     print_header("xlakern: event-driven operators per simulation step", info)
     platforms = args.platforms or (["gpu", "cpu"] if info["gpu"] else ["cpu"])
+    if "gpu" in platforms:
+        warm_gpu()
     tables = run_sections([(p, (lambda p=p: section(p, args))) for p in platforms])
     finish(t_start, info, tables, args.json)
     return 0

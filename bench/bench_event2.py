@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from _benchlib import (GRAPH_LOOPS, NA_BE, Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, hashed_trains,
-                       log, machine_info, print_header, ratio, run_sections, time_fn)
+                       log, machine_info, print_header, ratio, run_sections, time_fn, warm_gpu)
 
 import jax
 import jax.numpy as jnp
@@ -282,6 +282,8 @@ def main() -> int:
     info = machine_info()
     print_header("xlakern: event operators part 2 (JITC, plasticity, delays) per simulation step", info)
     platforms = args.platforms or (["gpu", "cpu"] if info["gpu"] else ["cpu"])
+    if "gpu" in platforms:
+        warm_gpu()
     tables = run_sections([(p, (lambda p=p: section(p, args))) for p in platforms])
     finish(t_start, info, tables, args.json)
     return 0
