@@ -352,6 +352,17 @@ def test_subclass_of_the_base_and_attribute_buffers(rng):
     np.testing.assert_allclose(out.norm, np.abs(value).sum(), rtol=1e-6)
     with pytest.raises(EventBufferError, match="not registered"):
         obj.set_buffer("missing", 1)
+    # the rest of the base's contract: T is transpose() where a subclass defines it, and refuses otherwise
+    with pytest.raises(UnsupportedOperationError, match="neither T nor transpose"):
+        obj.T
+    with pytest.raises(UnsupportedOperationError, match="fromdense"):
+        Scaled.fromdense(np.eye(3))
+
+    class Flipped(Scaled):
+        def transpose(self, axes=None):
+            return Flipped(self.value, shape=self.shape[::-1])
+
+    assert Flipped(value, shape=(3, 1)).T.shape == (1, 3)
     # a layout's buffer is an attribute too, and a transform that keeps the structure keeps it
     W = make_case(rng, "CSR", (5, 4), 0.5).W
     W.register_buffer("delays", jnp.arange(W.nse))

@@ -29,7 +29,7 @@ from jax.tree_util import register_pytree_node_class
 from . import _ops
 from . import _units
 from ._errors import (EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventNDimError,
-                      EventShapeError, EventTracedError, EventUnitError)
+                      EventShapeError, EventTracedError, EventUnitError, UnsupportedOperationError)
 from ._events import EventRepresentation, _raw
 from ._kernels import synapse_rows
 
@@ -101,6 +101,31 @@ class DataRepresentation:
     __array_priority__ = 200
     _flipped = False
     _fixed = False
+
+    # -------------------------------------------------------------- BrainEvent's contract for subclasses
+    @property
+    def T(self):
+        """The transpose, ``self.transpose()``: a subclass defines one of the two (the layouts here
+        define ``T``).
+
+        Example::
+
+            Wt = W.T
+        """
+        if type(self).transpose is DataRepresentation.transpose:
+            raise UnsupportedOperationError(f"{type(self).__name__} defines neither T nor transpose(); define "
+                                            f"transpose() to give its transpose")
+        return self.transpose()
+
+    @classmethod
+    def fromdense(cls, mat, **kwargs):
+        """A representation of the dense ``mat``; each layout defines its own (its arguments differ).
+
+        Example::
+
+            W = xlakern.CSR.fromdense(np.eye(3, dtype=np.float32))
+        """
+        raise UnsupportedOperationError(f"{cls.__name__} defines no fromdense; build it from its own arrays")
 
     # -------------------------------------------------------------- common properties
     @property
