@@ -179,6 +179,32 @@ def test_dense_scatter_over_chunks_and_slices(rng):
             close(got[:, j], jnp.asarray(W[np.nonzero(B[:, j])[0]], jnp.float32).sum(0))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, jnp.float16, jnp.bfloat16, np.float64])
+def test_dense_scatter_with_16_byte_rows(rng, dtype):
+    """The mv dense scatter `s @ W` whose rows start on 16-byte boundaries (16-byte loads, each block's
+    row slice listed in shared memory first; 2,048 threads of columns or more): one slice (200 rows),
+    a few (2,100 rows) and many (6,000); no, 1%, 30% and all rows active; bool and float spikes,
+    unweighted and weighted (the float spike's value), against float64 NumPy. 16,386 columns of 2-byte
+    weights (rows 4 bytes off a 16-byte boundary) take the other kernel, and agree too."""
+    itemsize = np.dtype(np.float32 if dtype is np.float32 else dtype).itemsize
+    tol = 1e-4 if itemsize >= 4 else 2e-2
+    shapes = [(200, 16384), (2100, 16384), (6000, 16384)] + ([(500, 16386)] if itemsize == 2 else [])
+    with jax.enable_x64(True):
+        for nrows, ncols in shapes:
+            W = jnp.asarray(rng.standard_normal((nrows, ncols)), dtype)
+            Wd = np.asarray(W, np.float64)
+            for rate in (0.0, 0.01, 0.3, 1.0):
+                s = rng.random(nrows) < rate
+                v = (rng.standard_normal(nrows) * s).astype(np.float32)
+                for spikes, weighted, weights in ((s, False, s), (v, False, v != 0), (v, True, v)):
+                    got = xlakern.binary_densemv(W, spikes, transpose=True, weighted=weighted)
+                    want = np.asarray(weights, np.float64) @ Wd
+                    assert got.shape == (ncols,)
+                    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol,
+                                               atol=tol * max(1.0, np.sqrt(np.count_nonzero(weights))),
+                                               err_msg=f"{nrows}x{ncols} rate {rate} weighted={weighted}")
+
+
 def test_jitted_loop_clears_outputs_every_step(rng):
     """A 100-step scan: each step's scatter output must start from zero (buffers are reused)."""
     n, k, steps = 3000, 20, 100
