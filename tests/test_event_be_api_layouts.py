@@ -5,6 +5,7 @@ against an independent float64 NumPy computation on fresh random matrices."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import operator
 import sys
 
@@ -369,6 +370,9 @@ def test_subclass_of_the_base_and_attribute_buffers(rng):
     W.delays = W.delays + 2
     np.testing.assert_array_equal((W * 2.0).buffers["delays"], np.arange(W.nse) + 2)
     assert "delays" in jax.jit(lambda W: W.T)(W)._buffer_registry
+    twin = copy.copy(W)  # a shallow copy registers its own buffers without touching the original's
+    twin.register_buffer("gain", 2.0)
+    assert set(twin.buffers) == {"delays", "gain"} and set(W.buffers) == {"delays"}
 
 
 # ----------------------------------------------------------------------------- Dense

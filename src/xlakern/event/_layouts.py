@@ -405,11 +405,11 @@ class DataRepresentation:
         """
         if not isinstance(name, str) or not name.isidentifier():
             raise EventBufferError(f"{type(self).__name__}.register_buffer: name must be an identifier; got {name!r}")
-        registry = self.__dict__.setdefault("_buffer_registry", set())
+        registry = self.__dict__.get("_buffer_registry", set())
         if name not in registry and (hasattr(type(self), name) or name in self.__dict__):
             raise EventBufferError(f"{type(self).__name__}.register_buffer: name {name!r} would shadow the layout's "
                                    f"own attribute; pick another name")
-        registry.add(name)
+        self._buffer_registry = registry | {name}  # a new set: a copy.copy of the layout keeps its own names
         setattr(self, name, value)
 
     def set_buffer(self, name: str, value):
