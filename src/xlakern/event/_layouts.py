@@ -777,6 +777,16 @@ def _indptr_dtype(name, requested, nse, auto):
     return dtype
 
 
+def _row_counts(name, ptr, nse):
+    """Each row's synapse count from a concrete ``indptr``, which must rise from 0 to ``nse``."""
+    counts = np.diff(ptr)
+    if ptr[0] != 0 or ptr[-1] != nse or (counts < 0).any():
+        where = f"; row {int(np.argmax(counts < 0))} ends before it starts" if (counts < 0).any() else ""
+        raise EventShapeError(f"{name}: indptr must rise from 0 to nse ({nse}) without falling; got "
+                              f"{int(ptr[0])} .. {int(ptr[-1])}{where}")
+    return counts
+
+
 def _check_structure(name, indices, indptr, stored):
     """``check_structure=True``: concrete ``indices``/``indptr`` must form a valid compressed structure
     (traced ones cannot be read, so they pass unchecked; the kernels' bounds policy still holds)."""
@@ -785,13 +795,9 @@ def _check_structure(name, indices, indptr, stored):
             raise EventDTypeError(f"{name}: {what} must be int32 or int64; got {arr.dtype}")
     if isinstance(indices, jax.core.Tracer) or isinstance(indptr, jax.core.Tracer):
         return
-    rows, cols = stored
-    idx, ptr = np.asarray(indices), np.asarray(indptr)
-    counts = np.diff(ptr)
-    if ptr[0] != 0 or ptr[-1] != idx.size or (counts < 0).any():
-        where = f"; row {int(np.argmax(counts < 0))} ends before it starts" if (counts < 0).any() else ""
-        raise EventShapeError(f"{name}: indptr must rise from 0 to nse ({idx.size}) without falling; got "
-                              f"{int(ptr[0])} .. {int(ptr[-1])}{where}")
+    cols = stored[1]
+    idx = np.asarray(indices)
+    _row_counts(name, np.asarray(indptr), idx.size)
     if idx.size and (idx.min() < 0 or idx.max() >= cols):
         raise EventShapeError(f"{name}: indices must lie in [0, {cols}) for {cols} stored columns; got "
                               f"{int(idx.min())} .. {int(idx.max())}")
@@ -802,9 +808,7 @@ def _diagonal_plan(name, indices, indptr, n_diag):
     synapse moves, where each diagonal value adds). A row's first stored diagonal entry takes the
     value; a row without one gets a new entry at its end."""
     n_rows, nse = indptr.shape[0] - 1, indices.shape[0]
-    counts = np.diff(indptr)
-    if indptr[0] != 0 or indptr[-1] != nse or (counts < 0).any():
-        raise EventShapeError(f"{name}: indptr must rise from 0 to nse ({nse}); got {indptr[0]} .. {indptr[-1]}")
+    counts = _row_counts(name, indptr, nse)
     rows = np.repeat(np.arange(n_rows), counts)
     pos = np.arange(nse)
     first = np.full(n_rows, nse)
