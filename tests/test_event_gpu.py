@@ -205,6 +205,35 @@ def test_dense_scatter_with_16_byte_rows(rng, dtype):
                                                err_msg=f"{nrows}x{ncols} rate {rate} weighted={weighted}")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16, np.float64])
+def test_dense_mm_scatter_with_16_byte_rows(rng, dtype):
+    """The batched dense scatter `W.T @ S` (binary_densemm, transpose=True; vmap of binary_densemv over
+    spikes) on the 16-byte path: each batch column lists its own active rows. One slice (300 rows) and
+    several (5,000); batches of 2, 16 and 37 whose columns have different rates (none, 1%, 30%, all);
+    bool and float spikes, unweighted and weighted, against float64 NumPy."""
+    itemsize = np.dtype(np.float32 if dtype is np.float32 else dtype).itemsize
+    tol = 1e-4 if itemsize >= 4 else 2e-2
+    with jax.enable_x64(True):
+        for nrows, ncols in ((300, 16384), (5000, 16384)):
+            W = jnp.asarray(rng.standard_normal((nrows, ncols)), dtype)
+            Wd = np.asarray(W, np.float64)
+            for batch in (2, 16, 37):
+                rates = np.array([0.0, 0.01, 0.3, 1.0])[np.arange(batch) % 4]
+                s = rng.random((nrows, batch)) < rates
+                v = (rng.standard_normal((nrows, batch)) * s).astype(np.float32)
+                for spikes, weighted, weights in ((s, False, s), (v, False, v != 0), (v, True, v)):
+                    got = xlakern.binary_densemm(W, spikes, transpose=True, weighted=weighted)
+                    want = Wd.T @ np.asarray(weights, np.float64)
+                    assert got.shape == (ncols, batch)
+                    atol = tol * max(1.0, np.sqrt(nrows))
+                    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=atol,
+                                               err_msg=f"{nrows}x{ncols} batch {batch} weighted={weighted}")
+                # vmap over the spikes' batch turns the mv into this mm
+                mapped = jax.vmap(lambda x: xlakern.binary_densemv(W, x, transpose=True), in_axes=1, out_axes=1)(s)
+                np.testing.assert_allclose(np.asarray(mapped, np.float64), Wd.T @ s.astype(np.float64), rtol=tol,
+                                           atol=tol * max(1.0, np.sqrt(nrows)), err_msg=f"vmap, batch {batch}")
+
+
 def test_jitted_loop_clears_outputs_every_step(rng):
     """A 100-step scan: each step's scatter output must start from zero (buffers are reused)."""
     n, k, steps = 3000, 20, 100

@@ -13,7 +13,7 @@
 //   dense scatter   one thread per output column; each block compacts the active rows of a
 //                   256-row chunk into shared memory (ballot prefix) and every thread sums those
 //                   rows' weights of its column (coalesced across threads); with few columns the
-//                   rows are split over grid z and the slices add into out atomically. An mv whose
+//                   rows are split over grid z and the slices add into out atomically. A product whose
 //                   rows sit on 16-byte boundaries and has 2,048 threads of columns or more takes
 //                   dense_scatter_vec_kernel: 16 bytes of columns a thread, a row slice's active
 //                   rows listed at once, 8 rows' loads in flight.
@@ -297,20 +297,20 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
   }
 }
 
-// The dense mv scatter when every row starts on a 16-byte boundary: each thread sums 16 bytes of
+// The dense scatter when every row starts on a 16-byte boundary: each thread sums 16 bytes of
 // columns (4 float32, 8 float16/bfloat16, 2 float64) with 16-byte evict-first loads, 8 rows' loads in
-// flight. A block first lists the active rows of its row slice (up to kSliceRows) in shared memory,
-// every warp testing a contiguous share of the slice's spikes with all its loads issued together, so
-// the slice costs one spike latency and two barriers, not two barriers a 256-row chunk; then its
-// threads stream those rows. Slices add into out atomically (out was cleared). Rows are summed in
-// ascending order within a slice, as in dense_scatter_kernel.
+// flight. For its batch column (grid y), a block first lists the active rows of its row slice (up to
+// kSliceRows) in shared memory, every warp testing a contiguous share of the slice's spikes with all
+// its loads issued together, so the slice costs one spike latency and two barriers, not two barriers a
+// 256-row chunk; then its threads stream those rows. Slices add into out atomically (out was cleared).
+// Rows are summed in ascending order within a slice, as in dense_scatter_kernel.
 constexpr int kSliceRows = 4096;
 constexpr int kSliceChunks = kSliceRows / kThreads;  // spike loads a lane makes for its warp's share
 
 template <typename W, typename S, bool Binary>
 __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
     const W* __restrict__ w, const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows,
-    int64_t ncols, int64_t rows_per_part, SpikeRule<S, Binary> rule) {
+    int64_t ncols, int64_t batch, int64_t rows_per_part, SpikeRule<S, Binary> rule) {
   using A = typename AccOf<W>::type;
   constexpr int V = 16 / int(sizeof(W));
   constexpr int U = 8;
@@ -324,6 +324,10 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
   // warp `warp` tests rows [wb, wb + 32 * chunks) of the slice
   const int chunks = int((rows_per_part + kThreads - 1) / kThreads);
   const int64_t wb = r_begin + int64_t(warp) * chunks * 32;
+  const int64_t col = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * V;
+  const W* base = w + r_begin * ncols + col;
+  const unsigned below = (1u << lane) - 1u;
+  const int64_t b = blockIdx.y;  // the batch column (the launcher keeps batch within grid y)
   unsigned masks[kSliceChunks];
   A values[kSliceChunks];
   int count = 0;
@@ -331,7 +335,7 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
   for (int j = 0; j < kSliceChunks; ++j) {
     const int64_t r = wb + j * 32 + lane;
     const bool inside = j < chunks && r < r_end;
-    const S sv = inside ? spk[r] : S(0);
+    const S sv = inside ? spk[r * batch + b] : S(0);
     const bool on = inside && rule.active(sv);
     values[j] = on ? rule.template value<A>(sv) : A(0);
     masks[j] = __ballot_sync(0xffffffffu, on);
@@ -344,7 +348,6 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
     if (k < warp) offset += warp_counts[k];
     total += warp_counts[k];
   }
-  const unsigned below = (1u << lane) - 1u;
 #pragma unroll
   for (int j = 0; j < kSliceChunks; ++j) {
     if ((masks[j] >> lane) & 1u) {
@@ -355,9 +358,7 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
     offset += __popc(masks[j]);
   }
   __syncthreads();
-  const int64_t col = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * V;
   if (col >= ncols) return;
-  const W* base = w + r_begin * ncols + col;
   A acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = A(0);
@@ -383,28 +384,29 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
   }
 #pragma unroll
   for (int i = 0; i < V; ++i) {
-    if (gridDim.z > 1) atomicAdd(out + col + i, acc[i]);
-    else out[col + i] = acc[i];
+    if (gridDim.z > 1) atomicAdd(out + (col + i) * batch + b, acc[i]);
+    else out[(col + i) * batch + b] = acc[i];
   }
 }
 
-// The launch of dense_scatter_vec_kernel, or false where it does not apply: a batch, rows not on
-// 16-byte boundaries, more rows than slices can take, or fewer than 2,048 threads' worth of columns
-// (at 4k columns of float32 the one-column threads of dense_scatter_kernel, four times as many, were
-// as fast or faster on an H200). Enough row slices to give the GPU about four blocks an SM (few
-// columns mean more slices, each adding its sums atomically), at most kSliceRows rows each.
+// The launch of dense_scatter_vec_kernel, or false where it does not apply: rows not on 16-byte
+// boundaries, more rows than slices can take, more batch columns than grid y, or fewer than 2,048
+// threads' worth of columns (at 4k columns of float32 the one-column threads of dense_scatter_kernel,
+// four times as many, were as fast or faster on an H200). Enough row slices to give the GPU about four
+// blocks an SM beside the batch columns' blocks (few columns mean more slices, each adding its sums
+// atomically), at most kSliceRows rows each.
 template <typename W, typename S, bool Binary>
 bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type* out, int64_t nrows, int64_t ncols,
                               int64_t batch, SpikeRule<S, Binary> rule, cudaStream_t st) {
   using A = typename AccOf<W>::type;
   constexpr int64_t V = 16 / int64_t(sizeof(W));
-  if (batch != 1 || nrows == 0 || ncols / V < 2048 || (ncols * int64_t(sizeof(W))) % 16 != 0 ||
+  if (nrows == 0 || batch > 65535 || ncols / V < 2048 || (ncols * int64_t(sizeof(W))) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return false;
   const int64_t col_blocks = (ncols / V + kThreads - 1) / kThreads;
+  const int64_t spread = col_blocks * batch;
   const int64_t want = int64_t(gpu_limits().sms) * 4;
-  int64_t parts = std::max<int64_t>((want + col_blocks - 1) / col_blocks, (nrows + kSliceRows - 1) / kSliceRows);
-  parts = std::min<int64_t>(parts, std::max<int64_t>(1, nrows / 256));  // slices of 256 rows or more
+  int64_t parts = std::min<int64_t>((want + spread - 1) / spread, std::max<int64_t>(1, nrows / 256));  // >= 256 rows a slice
   parts = std::max<int64_t>(parts, (nrows + kSliceRows - 1) / kSliceRows);
   if (parts > 65535 || col_blocks > 0x7fffffff) return false;
   const int64_t rows_per_part = (nrows + parts - 1) / parts;
@@ -417,9 +419,9 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
     (void)cudaGetLastError();
     return false;
   }
-  if (parts > 1) XK_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(ncols) * sizeof(A), st));
-  kernel<<<dim3(unsigned(col_blocks), 1, unsigned(parts)), kThreads, smem, st>>>(w, spk, out, nrows, ncols,
-                                                                                  rows_per_part, rule);
+  if (parts > 1) XK_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(ncols) * size_t(batch) * sizeof(A), st));
+  kernel<<<dim3(unsigned(col_blocks), unsigned(batch), unsigned(parts)), kThreads, smem, st>>>(
+      w, spk, out, nrows, ncols, batch, rows_per_part, rule);
   return true;
 }
 
