@@ -50,6 +50,24 @@ def test_large_scatter_split_over_threads_matches_dense(rng, on_cpu, family, bin
             np.testing.assert_allclose(np.asarray(out), reference(dense, s, binary, True), rtol=1e-10, atol=1e-9)
 
 
+@pytest.mark.parametrize("binary", [True, False])
+def test_dense_mm_scatter_over_column_slices_matches_dense(rng, on_cpu, binary):
+    """The C++ dense mm scatter sums each thread's columns as (batch, columns) and writes them out
+    transposed: columns wide enough to split over threads (5,000), batches of 1, 16 and 37 whose columns
+    have different rates, against the float64 product."""
+    rows, cols = 400, 5000
+    with x64():
+        dense = rng.standard_normal((rows, cols))
+        for batch in (1, 16, 37):
+            rates = np.array([0.0, 0.02, 0.3, 1.0])[np.arange(batch) % 4]
+            on = rng.random((rows, batch)) < rates
+            s = on if binary else np.where(on, rng.uniform(0.5, 2.0, on.shape), 0.0)
+            out = xlakern.binary_densemm(jnp.asarray(dense), jnp.asarray(s), transpose=True, weighted=not binary)
+            assert out.shape == (cols, batch)
+            np.testing.assert_allclose(np.asarray(out), dense.T @ s.astype(np.float64), rtol=1e-10, atol=1e-9,
+                                       err_msg=f"batch {batch}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("family,binary,mm", FAMILY_CASES)

@@ -60,15 +60,23 @@ void dense_scatter(const W* w, const S* spk, typename AccOf<W>::type* out, const
       }
       return;
     }
+    // A batch: the slice's sums are kept as (batch, columns), so each active spike's column loop is
+    // unit stride and vectorises (out's stride is the batch), then written out transposed. Each sum
+    // still adds its rows in ascending order.
+    const int64_t width = hi - lo;
+    std::vector<A> acc(size_t(g.batch * width), A(0));
     for (int64_t r : rows) {
-      const W* row = w + r * g.ncols;
+      const W* row = w + r * g.ncols + lo;
       const S* s = spk + r * g.batch;
       for (int64_t b = 0; b < g.batch; ++b) {
         if (!rule.active(s[b])) continue;
         const A v = rule.template value<A>(s[b]);
-        for (int64_t c = lo; c < hi; ++c) out[c * g.batch + b] += A(widen(row[c])) * v;
+        A* a = acc.data() + b * width;
+        for (int64_t c = 0; c < width; ++c) a[c] += A(widen(row[c])) * v;
       }
     }
+    for (int64_t c = 0; c < width; ++c)
+      for (int64_t b = 0; b < g.batch; ++b) out[(lo + c) * g.batch + b] = acc[size_t(b * width + c)];
   });
 }
 
