@@ -20,6 +20,8 @@ Columns:
   CSR @ s     ``CSR @ BinaryArray(s)`` (gather: every row is read)
   s @ FCN     ``BinaryArray(s) @ FixedNumPerPre`` (scatter)
   s @ dense   ``BinaryArray(s) @ W`` with a dense (N, N) matrix (N <= 40k)
+  S16 @ dense ``binary_densemm(W, S, transpose=True)``: the same matrix and a batch of 16 spike
+              vectors (S of shape (N, 16), each column at the row's rate), as a batched EventLinear
 each for xlakern and BrainEvent 0.3 (when ``import brainevent`` works; its CPU kernels are Numba);
 ``jax.experimental.sparse`` BCSR (``BCSR.T @ s`` as float32), and cuSPARSE through CuPy
 (``csr.T @ s``; a Python loop of 100 calls timed with CUDA events; GPU only, when cupy imports).
@@ -52,7 +54,9 @@ K = 80
 RATES = (0.01, 0.05)
 SIZES = {"gpu": [4_000, 40_000, 400_000, 4_000_000], "cpu": [4_000, 40_000]}
 DENSE_MAX = 40_000
-COLUMNS = ["s @ CSR", "CSR @ s", "s @ FCN", "s @ dense"]
+COLUMNS = ["s @ CSR", "CSR @ s", "s @ FCN", "s @ dense", "S16 @ dense"]
+DENSE_BATCH = 16  # the spike columns of "S16 @ dense"
+BATCHED = {"S16 @ dense": DENSE_BATCH}
 
 
 def connectivity(n: int, seed: int = 0):
@@ -71,29 +75,31 @@ def spike_trains(n: int, rate: float, seed: int = 1):
 UNROLL = 1  # set by --unroll
 
 
-def scan_loop(step: tuple[Callable, Any], n_out: int, rate: float | None = None) -> Callable:
+def scan_loop(step: tuple[Callable, Any], n_out: int, rate: float | None = None, batch: int | None = None) -> Callable:
     """jit of a 100-step loop whose carry is each step's output. ``step`` is (fn(s, M), M): the
     connectivity M is an argument of the jitted loop, never a constant baked into the program.
-    With ``rate`` (--graph-loops) each step's spikes are hashed from the counter instead of S."""
+    With ``rate`` (--graph-loops) each step's spikes are hashed from the counter instead of S.
+    ``batch``: each step's spikes (and output) have that many columns."""
+    shape = (n_out,) if batch is None else (n_out, batch)
     step_fn, operand = step
 
     # Each step's spikes wait for the last step's product, as a network's spikes wait for its state:
     # `late` is False for any carry a run produces, but XLA cannot know that. Without it an unrolled
     # body (--unroll) would keep only its last product live and drop the others as dead code.
     def late(c):
-        return c[0] > jnp.float32(3e38)
+        return c.reshape(-1)[0] > jnp.float32(3e38)
 
     @jax.jit
     def run(S, M):
         if rate is not None:  # spikes from the counter: the loop can be one CUDA graph
             n_in = S.shape[1]
             return jax.lax.fori_loop(0, STEPS, lambda t, c: step_fn(hashed_spikes(t + late(c).astype(t.dtype), n_in,
-                                                                                  rate), M).astype(jnp.float32),
-                                     jnp.zeros((n_out,), jnp.float32), unroll=UNROLL)
+                                                                                  rate, batch), M).astype(jnp.float32),
+                                     jnp.zeros(shape, jnp.float32), unroll=UNROLL)
 
         def body(c, s):
             return step_fn(s & ~late(c), M).astype(jnp.float32), None
-        out, _ = jax.lax.scan(body, jnp.zeros((n_out,), jnp.float32), S, unroll=UNROLL)
+        out, _ = jax.lax.scan(body, jnp.zeros(shape, jnp.float32), S, unroll=UNROLL)
         return out
 
     return lambda S: run(S, operand)
@@ -199,11 +205,12 @@ def floor_bytes(n: int, rate: float) -> float:
 def section(platform: str, args) -> list[Table]:
     device = jax.devices(platform)[0]
     sizes = args.sizes or SIZES[platform]
+    columns = args.columns or COLUMNS
     bw = copy_bandwidth(device)
     log(f"{platform}: copy bandwidth {bw / 1e9:.0f} GB/s")
     be_name = "BrainEvent" + (" (Numba)" if platform == "cpu" else "")
     headers = ["N", "active"]
-    for c in COLUMNS:
+    for c in columns:
         headers += [f"xlakern {c}", f"{be_name} {c}", "BE / xk"]
     headers += ["BCSR s @ M"] + (["cuSPARSE s @ M"] if platform == "gpu" else []) + ["loop alone", "floor", "xk / floor",
                                                                                      "check"]
@@ -227,23 +234,31 @@ def section(platform: str, args) -> list[Table]:
             dense = dense_matrix(w, idx, n) if n <= DENSE_MAX else None
             if dense is not None:
                 xk_steps["s @ dense"] = (lambda s, D: xlakern.BinaryArray(s) @ D, dense)
+                xk_steps["S16 @ dense"] = (lambda s, D: xlakern.binary_densemm(D, s, transpose=True), dense)
                 if be_steps is not None:
                     be_steps["s @ dense"] = (lambda s, D: brainevent.binary_densemv(D, s, transpose=True), dense)
+                    be_steps["S16 @ dense"] = (lambda s, D: brainevent.binary_densemm(D, s, transpose=True), dense)
             for rate in RATES:
                 hashed = rate if args.graph_loops else None
                 S = hashed_trains(STEPS, n, rate) if hashed else spike_trains(n, rate)
                 log(f"{platform} N={n} rate={rate}")
                 cells, data, checks = [f"{n:,}", f"{rate:.0%}"], {"n": n, "rate": rate}, []
                 xk_scatter = None
-                for col in COLUMNS:
+                for col in columns:
                     if col not in xk_steps:
                         cells += ["—", "—", ""]
                         continue
-                    xc, xt, xo = per_step_cell(lambda: scan_loop(xk_steps[col], n, hashed), S, args.runs, args.budget)
+                    nb = BATCHED.get(col)
+                    Sc = S if nb is None else (hashed_trains(STEPS, n, rate, nb) if hashed else
+                                               jnp.asarray(np.random.default_rng(2).random((STEPS, n, nb)) < rate))
+                    xc, xt, xo = per_step_cell(lambda: scan_loop(xk_steps[col], n, hashed, nb), Sc, args.runs,
+                                               args.budget)
                     if be_steps is None:
                         bc, bt, bo = be_err, None, None
                     else:
-                        bc, bt, bo = per_step_cell(lambda: scan_loop(be_steps[col], n, hashed), S, args.runs, args.budget)
+                        bc, bt, bo = per_step_cell(lambda: scan_loop(be_steps[col], n, hashed, nb), Sc, args.runs,
+                                                   args.budget)
+                    del Sc
                     cells += [xc, bc, ratio(bt, xt)]
                     data[col] = {"xlakern_s": xt, "brainevent_s": bt}
                     if col == "s @ CSR":
@@ -283,6 +298,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20, help="timed loop calls per figure (default 20)")
     ap.add_argument("--budget", type=float, default=3.0, help="seconds per figure before stopping early")
     ap.add_argument("--sizes", type=int, nargs="*", help="override N (default: 4k..4M GPU, 4k, 40k CPU)")
+    ap.add_argument("--columns", nargs="*", choices=COLUMNS, metavar="COLUMN",
+                    help=f"time only these products (default: all of {', '.join(COLUMNS)})")
     ap.add_argument("--platforms", nargs="*", default=None, help="cpu and/or gpu (default: both where present)")
     ap.add_argument("--unroll", type=int, default=1,
                     help="lax.scan unroll (default 1); a larger one removes the loop's per-step overhead from "
