@@ -14,9 +14,9 @@
 //                   256-row chunk into shared memory (ballot prefix) and every thread sums those
 //                   rows' weights of its column (coalesced across threads); with few columns the
 //                   rows are split over grid z and the slices add into out atomically. A product whose
-//                   rows sit on 16-byte boundaries and has 2,048 threads of columns or more takes
-//                   dense_scatter_vec_kernel: 16 bytes of columns a thread, a row slice's active
-//                   rows listed at once, 8 rows' loads in flight.
+//                   rows sit on 16-byte boundaries and has 2,048 threads of columns (times the
+//                   batch) or more takes dense_scatter_vec_kernel: 16 bytes of columns a thread,
+//                   a row slice's active rows listed at once, 8 rows' loads in flight.
 // Outputs the kernel accumulates into are cleared with cudaMemsetAsync on XLA's stream, so the
 // whole call stays capturable in a CUDA graph.
 
@@ -391,16 +391,17 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
 
 // The launch of dense_scatter_vec_kernel, or false where it does not apply: rows not on 16-byte
 // boundaries, more rows than slices can take, more batch columns than grid y, or fewer than 2,048
-// threads' worth of columns (at 4k columns of float32 the one-column threads of dense_scatter_kernel,
-// four times as many, were as fast or faster on an H200). Enough row slices to give the GPU about four
-// blocks an SM beside the batch columns' blocks (few columns mean more slices, each adding its sums
-// atomically), at most kSliceRows rows each.
+// threads' worth of columns over the batch (an mv of 4k float32 columns ran as fast or faster on the
+// one-column threads of dense_scatter_kernel, four times as many, on an H200; a batch of 16 there ran
+// ~10% faster here). Enough row slices to give the GPU about four blocks an SM beside the batch
+// columns' blocks (few columns mean more slices, each adding its sums atomically), at most kSliceRows
+// rows each.
 template <typename W, typename S, bool Binary>
 bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type* out, int64_t nrows, int64_t ncols,
                               int64_t batch, SpikeRule<S, Binary> rule, cudaStream_t st) {
   using A = typename AccOf<W>::type;
   constexpr int64_t V = 16 / int64_t(sizeof(W));
-  if (nrows == 0 || batch > 65535 || ncols / V < 2048 || (ncols * int64_t(sizeof(W))) % 16 != 0 ||
+  if (nrows == 0 || batch > 65535 || (ncols / V) * batch < 2048 || (ncols * int64_t(sizeof(W))) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return false;
   const int64_t col_blocks = (ncols / V + kThreads - 1) / kThreads;
