@@ -163,7 +163,7 @@ _EVENT_NAMES += (
     "binary_jitumm", "jitn", "jitnmv", "jitnmm", "binary_jitnmv", "binary_jitnmm",
     "update_csr_on_binary_pre", "update_csr_on_binary_post", "update_csc_on_binary_pre", "update_csc_on_binary_post",
     "update_dense_on_binary_pre", "update_dense_on_binary_post", "update_fixed_post_conn_on_binary_pre",
-    "update_fixed_pre_conn_on_binary_post",
+    "update_fixed_pre_conn_on_binary_post", "csr_apply_on_pre", "csr_apply_on_post",
     "CSRDelayLayout", "csr_delay_deliver", "csr_delay_deliver_layout",
     # the primitives (XLACustomKernel objects) under BrainEvent's names
     "jits_p", "jitsmv_p", "jitsmm_p", "binary_jitsmv_p", "binary_jitsmm_p", "jitu_p", "jitumv_p", "jitumm_p",
@@ -181,7 +181,7 @@ _EVENT_NAMES += (
     # BrainEvent 0.3's dense layout and JITC base classes; the layouts' errors
     "Dense", "JITCMatrix", "JITCScalarMatrix", "JITCUniformMatrix", "JITCNormalMatrix", "EventDependencyError",
     "EventBufferError", "EventIndexError", "EventMatmulError", "EventNDimError",
-    "EventArgumentError", "EventTracedError",
+    "EventArgumentError", "EventTracedError", "EventRuleError",
 )
 __all__ += ["event", *_EVENT_NAMES]
 

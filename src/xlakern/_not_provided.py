@@ -37,10 +37,6 @@ REASONS: dict[str, str] = {
     "init_csr_config": _HYBRID,
     "TCSR": ("BrainEvent's tiled CSR storage. Use xlakern.CSR (CSR.fromdense, or CSR((data, indices, indptr), "
              "shape=...)): the same matrix and the same products, with no tiling needed by xlakern's kernels"),
-    "csr_apply_on_pre": ("BrainEvent's user-defined plasticity rules on CSR. For trace-based STDP use "
-                         "update_csr_on_binary_pre, which touches only the rows of spiking neurons"),
-    "csr_apply_on_post": ("BrainEvent's user-defined plasticity rules on CSR. For trace-based STDP use "
-                          "update_csr_on_binary_post, which touches only the columns of spiking neurons"),
 }
 
 # Names BrainEvent itself retired in 0.1 (BrainEvent 0.3 answers them with an AttributeError that says

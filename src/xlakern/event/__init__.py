@@ -15,7 +15,8 @@ Example::
 
 from ._errors import (
     EventArgumentError, EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventMatmulError,
-    EventNDimError, EventShapeError, EventTracedError, EventUnitError, IndexConversionError, UnsupportedOperationError,
+    EventNDimError, EventRuleError, EventShapeError, EventTracedError, EventUnitError, IndexConversionError,
+    UnsupportedOperationError,
 )
 from ._events import BinaryArray, BitPackedBinary, CompactBinary, EventRepresentation, WeightedArray, bitpack
 from ._kernels import (
@@ -62,8 +63,8 @@ __all__ = [
     "binary_csrmv_p", "binary_csrmm_p", "csrmv_p", "csrmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcnmv_p",
     "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
     "EventShapeError", "EventIndexError", "EventMatmulError", "EventNDimError", "EventArgumentError", "EventTracedError",
-    "EventDTypeError", "EventUnitError", "IndexConversionError", "EventDependencyError", "EventBufferError",
-    "UnsupportedOperationError",
+    "EventDTypeError", "EventUnitError", "EventRuleError", "IndexConversionError", "EventDependencyError",
+    "EventBufferError", "UnsupportedOperationError",
     # xlakern's own (not BrainEvent's): the fused LIF network simulator
     "LIFParams", "LIFState", "run_lif_network", "lif_network_run_p", "run_lif_network_sharded", "lif_shard_step_p",
 ]
@@ -107,6 +108,11 @@ __all__ += [
     "update_dense_on_binary_pre", "update_dense_on_binary_post", "update_fixed_post_conn_on_binary_pre",
     "update_fixed_pre_conn_on_binary_post", "csc_to_csr_view", "plasticity_update_p",
 ]
+
+# Plasticity rules of one's own (any jnp function of a synapse's state and its neurons' values).
+from ._plasticity_rules import csr_apply_on_post, csr_apply_on_pre  # noqa: E402
+
+__all__ += ["csr_apply_on_pre", "csr_apply_on_post"]
 
 # Synaptic delays: delivery into an arrival ring buffer.
 from ._delay import CSRDelayLayout, csr_delay_deliver, csr_delay_deliver_layout, csr_delay_deliver_p  # noqa: E402

@@ -15,8 +15,8 @@ from ..errors import MathError, UnsupportedOperationError, XlakernError
 # UnsupportedOperationError (a method a layout deliberately refuses, e.g. a plasticity update on a JITC
 # matrix, which stores no per-synapse weight) is xlakern's, defined with the other errors.
 __all__ = ["EventShapeError", "EventMatmulError", "EventNDimError", "EventArgumentError", "EventTracedError",
-           "EventIndexError", "EventDTypeError", "EventUnitError", "IndexConversionError", "EventDependencyError",
-           "EventBufferError", "UnsupportedOperationError"]
+           "EventIndexError", "EventDTypeError", "EventUnitError", "EventRuleError", "IndexConversionError",
+           "EventDependencyError", "EventBufferError", "UnsupportedOperationError"]
 
 
 class EventShapeError(XlakernError, ValueError):
@@ -98,6 +98,19 @@ class EventDTypeError(XlakernError, TypeError):
 
 class EventUnitError(XlakernError, TypeError):
     """Operands' brainunit units do not combine (e.g. adding a quantity to a plain array)."""
+
+
+class EventRuleError(XlakernError, TypeError):
+    """A plasticity rule (``csr_apply_on_pre/post``) returned a state of another pytree structure than the
+    state it was given. Also a ``TypeError``, as BrainEvent 0.3 raises there.
+
+    Example::
+
+        try:
+            new = xlakern.csr_apply_on_pre(lambda e, pre, post, p: e["w"], {"w": w}, idx, ptr, s, shape=shape)
+        except TypeError:   # also xlakern.event.EventRuleError
+            ...
+    """
 
 
 class IndexConversionError(XlakernError, ValueError):

@@ -424,13 +424,6 @@ class DataRepresentation:
                                    f"(registered: {sorted(self.buffers)}); call register_buffer first")
         setattr(self, name, value)
 
-    def __getattr__(self, name):
-        # only reached when normal lookup fails: BrainEvent methods xlakern does not provide (their
-        # properties raise NotProvidedError, which lands here)
-        if name in ("apply_on_pre", "apply_on_post") and isinstance(self, CSR):
-            raise _not_provided(f"{type(self).__name__}.{name}", "update_" + name[len("apply_"):])
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     # -------------------------------------------------------------- array-like metadata
     @property
     def ndim(self) -> int:
@@ -849,13 +842,6 @@ def _shape_arg(cls_name, shape):
     return r, c
 
 
-def _not_provided(what: str, instead: str):
-    from ..errors import NotProvidedError
-
-    return NotProvidedError(f"{what}: BrainEvent's user-defined plasticity rules are not provided by xlakern; "
-                            f"use .{instead}(...) (the STDP rule of update_csr_on_binary_pre/post)")
-
-
 def _check_rhs(name: str, shape, b):
     """b's mantissa and unit for solving with a square matrix of ``shape``."""
     value, unit = _units.split(b)
@@ -1081,6 +1067,50 @@ class CSR(DataRepresentation):
             indptr = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(counts, dtype=jnp.int32)])
         return cls((_units.attach(data, unit), jnp.asarray(cols, index_dtype), jnp.asarray(indptr, indptr_dtype)),
                    shape=tuple(np.shape(m)), backend=backend)
+
+    # -------------------------------------------------------------- plasticity rules of one's own
+    def apply_on_pre(self, rule, pre_spike, *, edge_state=None, pre_vals=None, post_vals=None, params=None):
+        """``csr_apply_on_pre`` on this matrix's synapses: each synapse ``e = (i, j)`` of an active ``i``
+        takes ``rule(edge_state[e], pre_vals[i], post_vals[j], params)``. ``edge_state`` (any pytree
+        of per-synapse leaves in storage order) defaults to ``data``; returns the new state (rebuild the
+        matrix with ``with_data``). A ``CSC`` applies the same rule through its stored columns.
+
+        Example::
+
+            new_w = W.apply_on_pre(lambda w, pre, post, lr: w + lr * post, spikes, post_vals=trace, params=0.01)
+            W = W.with_data(new_w)
+        """
+        return self._apply_rule("apply_on_pre", True, rule, pre_spike, edge_state, pre_vals, post_vals, params)
+
+    def apply_on_post(self, rule, post_spike, *, edge_state=None, pre_vals=None, post_vals=None, params=None):
+        """``csr_apply_on_post`` on this matrix's synapses: each synapse ``e = (i, j)`` of an active ``j``
+        takes ``rule(edge_state[e], pre_vals[i], post_vals[j], params)``; see :meth:`apply_on_pre`.
+
+        Example::
+
+            new_w = W.apply_on_post(lambda w, pre, post, lr: w - lr * pre, spikes, pre_vals=trace, params=0.01)
+        """
+        return self._apply_rule("apply_on_post", False, rule, post_spike, edge_state, pre_vals, post_vals, params)
+
+    def _apply_rule(self, method, on_pre, rule, spike, edge_state, pre_vals, post_vals, params):
+        from . import _plasticity_rules as R
+
+        if edge_state is None:
+            if self._shared():
+                raise EventShapeError(f"{type(self).__name__}.{method}: data holds one shared (homogeneous) weight; "
+                                      f"a rule needs one state a synapse: pass edge_state=, or "
+                                      f"W.with_data(jnp.broadcast_to(W.data, W.indices.shape)) first")
+            edge_state = self.data
+        spike = _raw(spike)
+        if not self._flipped:
+            fn = R.csr_apply_on_pre if on_pre else R.csr_apply_on_post
+            return fn(rule, edge_state, self.indices, self.indptr, spike, pre_vals=pre_vals, post_vals=post_vals,
+                      params=params, shape=self.shape)
+        # stored by postsynaptic neuron: the stored rows are W's columns, so W's presynaptic side is the
+        # stored structure's postsynaptic one, with the neuron values (and the rule's arguments) swapped
+        fn = R.csr_apply_on_post if on_pre else R.csr_apply_on_pre
+        return fn(lambda e, stored_pre, stored_post, p: rule(e, stored_post, stored_pre, p), edge_state, self.indices,
+                  self.indptr, spike, pre_vals=post_vals, post_vals=pre_vals, params=params, shape=self.shape[::-1])
 
 
 @register_pytree_node_class

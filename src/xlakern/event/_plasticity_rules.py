@@ -1,0 +1,178 @@
+"""Plasticity rules of your own on CSR synapses (BrainEvent 0.3's ``csr_apply_on_pre`` / ``csr_apply_on_post``).
+
+``rule(edge, pre, post, params) -> new_edge`` is evaluated for every stored synapse ``e = (i, j)``
+with ``jax.vmap``: ``edge`` is the per-synapse state (any pytree of ``(nse, ...)`` leaves) at ``e``,
+``pre`` / ``post`` the per-neuron values at ``i`` / ``j``, ``params`` the same for every synapse. A
+synapse takes the rule's result when its presynaptic (``_on_pre``) or postsynaptic (``_on_post``)
+neuron is active, a non-zero spike (NaN is active), and keeps its state otherwise. The rule can be
+anything jnp can write (eligibility traces, weight-dependent STDP, reward modulation), so it runs as
+one fused jnp pass over the synapses rather than as a kernel: the cost is the synapse count, not the
+spike count. For the additive trace rule, ``update_csr_on_binary_pre/post`` touch only the synapses of
+active neurons.
+
+Policy: a synapse whose column index is out of range, or that lies outside every row of ``indptr``,
+is never updated (the event operators drop such synapses too). Leaves keep their dtype and unit: a
+rule's result with a unit is converted to its leaf's unit. Gradients flow through the rule, the state,
+the neuron values and ``params`` (inactive synapses pass a zero cotangent into the rule, as with any
+``jnp.where``).
+
+Example::
+
+    def stdp(edge, pre, post, p):
+        elig = p["decay"] * edge["elig"] + post
+        return {"w": edge["w"] + p["lr"] * elig, "elig": elig}
+
+    state = xlakern.csr_apply_on_pre(stdp, {"w": w, "elig": elig}, indices, indptr, pre_spikes,
+                                     post_vals=post_trace, params={"lr": 0.01, "decay": 0.9}, shape=(n_pre, n_post))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _units
+from ._errors import EventDTypeError, EventRuleError, EventShapeError, EventUnitError
+from ._kernels import synapse_rows
+
+__all__ = ["csr_apply_on_pre", "csr_apply_on_post"]
+
+Rule = Callable[[Any, Any, Any, Any], Any]
+
+
+def _leaves(tree):
+    return jax.tree_util.tree_leaves(tree, is_leaf=_units.is_quantity)
+
+
+def _check_leading(name: str, arg: str, tree, size: int, what: str) -> None:
+    for leaf in _leaves(tree):
+        shape = tuple(np.shape(_units.split(leaf)[0]))
+        if not shape or shape[0] != size:
+            raise EventShapeError(f"{name}: a leaf of {arg} has shape {shape}; every leaf needs a leading "
+                                  f"dimension of {size} ({what})")
+
+
+def _active(name: str, arg: str, spike, size: int):
+    s = jnp.asarray(_units.split(spike)[0])
+    if s.shape != (size,):
+        raise EventShapeError(f"{name}: {arg} has shape {s.shape}; expected ({size},) (one spike a neuron)")
+    return s != 0  # bool spikes: True; numbers: non-zero, NaN included
+
+
+def _take(v, at):
+    """``v[at]`` for indices already inside ``v`` (clipped by the caller): no wrapping of negative ones."""
+    return jnp.asarray(v).at[at].get(mode="promise_in_bounds")
+
+
+def _gather(tree, at):
+    return jax.tree_util.tree_map(lambda v: v[at] if _units.is_quantity(v) else _take(v, at), tree,
+                                  is_leaf=_units.is_quantity)
+
+
+def _in_unit_of(name: str, new, unit):
+    """The mantissa of ``new`` in ``unit`` (None: ``new`` must carry no unit)."""
+    mantissa, new_unit = _units.split(new)
+    if unit is None:
+        if new_unit is not None and not new_unit.is_unitless:
+            raise EventUnitError(f"{name}: the rule returned a leaf in {new_unit} for a state leaf without a "
+                                 "unit; return the leaf without one")
+        return mantissa
+    if new_unit is None:
+        raise EventUnitError(f"{name}: the rule returned a leaf without a unit for a state leaf in {unit}; "
+                             "keep the unit (return a brainunit quantity)")
+    try:
+        return new.to(unit).mantissa
+    except Exception as e:  # noqa: BLE001  (brainunit's unit mismatch)
+        raise EventUnitError(f"{name}: the rule returned a leaf in {new_unit}, which does not convert to "
+                             f"its state leaf's {unit}") from e
+
+
+def _apply(name: str, rule: Rule, edge_state, active, pre_e, post_e, params):
+    new_state = jax.vmap(rule, in_axes=(0, 0, 0, None))(edge_state, pre_e, post_e, params)
+    want = jax.tree_util.tree_structure(edge_state, is_leaf=_units.is_quantity)
+    got = jax.tree_util.tree_structure(new_state, is_leaf=_units.is_quantity)
+    if got != want:
+        raise EventRuleError(f"{name}: the rule must return a state of the same structure as edge_state; it "
+                             f"returned {got}, expected {want}")
+
+    def select(new, old):
+        old_m, unit = _units.split(old)
+        old_m = jnp.asarray(old_m)
+        mask = active.reshape(active.shape + (1,) * (old_m.ndim - 1))
+        out = jnp.where(mask, _in_unit_of(name, new, unit), old_m).astype(old_m.dtype)
+        return out if unit is None else _units.attach(out, unit)
+
+    return jax.tree_util.tree_map(select, new_state, edge_state, is_leaf=_units.is_quantity)
+
+
+def _structure(name, edge_state, indices, indptr, pre_vals, post_vals, shape):
+    n_pre, n_post = (int(d) for d in shape)
+    indices = jnp.asarray(indices)
+    indptr = jnp.asarray(indptr)
+    if indices.ndim != 1 or not jnp.issubdtype(indices.dtype, jnp.integer):
+        raise EventDTypeError(f"{name}: indices must be a 1-D integer array (one column a synapse); got "
+                              f"{indices.dtype} of shape {indices.shape}")
+    if indptr.shape != (n_pre + 1,) or not jnp.issubdtype(indptr.dtype, jnp.integer):
+        raise EventShapeError(f"{name}: indptr has shape {indptr.shape} ({indptr.dtype}); expected integers of "
+                              f"shape ({n_pre + 1},) for shape {(n_pre, n_post)}")
+    nse = indices.shape[0]
+    _check_leading(name, "edge_state", edge_state, nse, "nse, one entry a synapse")
+    _check_leading(name, "pre_vals", pre_vals, n_pre, "n_pre, one entry a presynaptic neuron")
+    _check_leading(name, "post_vals", post_vals, n_post, "n_post, one entry a postsynaptic neuron")
+    cols_ok = (indices >= 0) & (indices < n_post)
+    return n_pre, n_post, indices, indptr, jnp.clip(indices, 0, max(n_post - 1, 0)), cols_ok
+
+
+def csr_apply_on_pre(rule: Rule, edge_state, indices, indptr, pre_spike, *, pre_vals=None, post_vals=None,
+                     params=None, shape):
+    """Apply ``rule`` to the synapses of active presynaptic neurons (rows) of a CSR structure.
+
+    For each stored synapse ``e = (i, j)`` with ``pre_spike[i]`` non-zero, the new state is
+    ``rule(edge_state[e], pre_vals[i], post_vals[j], params)``; every other synapse keeps its state.
+    ``edge_state``, ``pre_vals`` and ``post_vals`` are pytrees whose leaves have leading dimension
+    ``nse``, ``n_pre`` and ``n_post`` (``None`` passes ``None`` to the rule). Returns the new state,
+    leaves in their dtypes and units. See the module docstring for the policy on malformed structure.
+
+    Example::
+
+        new_w = xlakern.csr_apply_on_pre(lambda w, pre, post, lr: w + lr * post, w, indices, indptr, spikes,
+                                         post_vals=post_trace, params=0.01, shape=(n_pre, n_post))
+    """
+    name = "csr_apply_on_pre"
+    n_pre, _, indices, indptr, cols, cols_ok = _structure(name, edge_state, indices, indptr, pre_vals, post_vals,
+                                                          shape)
+    fired = _active(name, "pre_spike", pre_spike, n_pre)
+    rows, inside = synapse_rows(indices, indptr, n_pre, -1)
+    active = _take(fired, rows) & inside & cols_ok
+    return _apply(name, rule, edge_state, active, _gather(pre_vals, rows), _gather(post_vals, cols), params)
+
+
+def csr_apply_on_post(rule: Rule, edge_state, indices, indptr, post_spike, *, pre_vals=None, post_vals=None,
+                      params=None, shape):
+    """Apply ``rule`` to the synapses of active postsynaptic neurons (columns) of a CSR structure.
+
+    As :func:`csr_apply_on_pre`, for the synapses ``e = (i, j)`` with ``post_spike[j]`` non-zero. The
+    state stays in CSR order: a synapse's column is ``indices[e]``, so no CSC permutation is needed.
+
+    Example::
+
+        new_w = xlakern.csr_apply_on_post(lambda w, pre, post, lr: w - lr * pre, w, indices, indptr, spikes,
+                                          pre_vals=pre_trace, params=0.01, shape=(n_pre, n_post))
+    """
+    name = "csr_apply_on_post"
+    n_pre, n_post, indices, indptr, cols, cols_ok = _structure(name, edge_state, indices, indptr, pre_vals,
+                                                                post_vals, shape)
+    fired = _active(name, "post_spike", post_spike, n_post)
+    nse = indices.shape[0]
+    slot = jnp.arange(nse, dtype=indptr.dtype if nse < 2**31 - 1 else jnp.int64)
+    # a slot inside a row lies in [indptr[0], indptr[-1]) (for a rising indptr: the policy's case)
+    inside = (slot >= jnp.clip(indptr[0], 0, nse)) & (slot < jnp.clip(indptr[-1], 0, nse))
+    active = _take(fired, cols) & inside & cols_ok
+    pre_e = None
+    if pre_vals is not None:
+        rows, _ = synapse_rows(indices, indptr, n_pre, -1)
+        pre_e = _gather(pre_vals, rows)
+    return _apply(name, rule, edge_state, active, pre_e, _gather(post_vals, cols), params)
