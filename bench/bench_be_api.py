@@ -5,8 +5,9 @@ float32 weights, int32 indices:
 ``binary_csrmv_indexed`` as a scatter with 1% of rows active (and xlakern's plain ``binary_csrmv`` on
 the weights gathered first, ``data[perm]``, for comparison), ``csrmv_dt2t`` (one value per synapse),
 ``csr_slice_rows`` of 256 rows, and the gradient of a ``binary_csrmv`` scatter in its weights (the
-training step's weight gradient), also for a fixed-count ``binary_fcnmv``. The check column compares
-xlakern's result with BrainEvent's.
+training step's weight gradient), also for a fixed-count ``binary_fcnmv``; ``csr_apply_on_pre`` /
+``csr_apply_on_post`` with a weight-dependent STDP rule on (weight, eligibility) state, 1% of neurons
+active. The check column compares xlakern's result with BrainEvent's.
 
     python bench/bench_be_api.py [--sizes 40000 400000] [--runs 20] [--json out.json]
 """
@@ -27,7 +28,14 @@ from _benchlib import Table, brainevent, err_cell, finish, fmt_t, machine_info, 
 K = 80
 COLUMNS = ["binary_csrmv_indexed (scatter, 1%)", "binary_csrmv, same weights (xlakern)", "csrmv_dt2t",
            "csr_slice_rows (256 rows)", "grad of binary_csrmv in data (scatter, 1%)",
-           "grad of binary_fcnmv in weights (scatter, 1%)"]
+           "grad of binary_fcnmv in weights (scatter, 1%)", "csr_apply_on_pre (STDP rule, 1%)",
+           "csr_apply_on_post (STDP rule, 1%)"]
+
+
+def stdp_rule(edge, pre, post, p):
+    """Weight-dependent STDP with an eligibility trace: the rule both libraries' csr_apply_* run."""
+    elig = p * edge["elig"] + post - pre
+    return {"w": edge["w"] + 0.01 * (1.5 - edge["w"]) * elig, "elig": elig}
 
 
 def structure(n: int, seed: int = 0):
@@ -73,6 +81,11 @@ def calls(lib, n, arrays):
                                                                               transpose=True))),
                      (data.reshape(n, K), idx.reshape(n, K), spikes, y), 2),
     }
+    for col, apply in ((COLUMNS[6], lib.csr_apply_on_pre), (COLUMNS[7], lib.csr_apply_on_post)):
+        def rule_step(d, e, i, p, s, v, apply=apply):
+            new = apply(stdp_rule, {"w": d, "elig": e}, i, p, s, pre_vals=v, post_vals=v, params=0.9, shape=shape)
+            return new["w"] + new["elig"]
+        fns[col] = (rule_step, (data, y[idx], idx, ptr, spikes, y), 4)
     if lib is xlakern:
         fns[COLUMNS[1]] = (lambda d, i, p, q, s: xlakern.binary_csrmv(d[q], i, p, s, shape=shape, transpose=True),
                            (data, idx, ptr, perm, spikes), 4)
