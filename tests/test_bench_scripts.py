@@ -33,7 +33,7 @@ def test_bench_be_api_runs(tmp_path):
     text = _run(["bench/bench_be_api.py", "--sizes", "600", "--runs", "1", "--steps", "2", "--budget", "0.05",
                  "--json", str(js)], tmp_path)
     rows = [line for line in text.splitlines() if line.startswith("| 600 |")]
-    assert len(rows) == 6 and not any("error" in r for r in rows), rows
+    assert len(rows) == 8 and not any("error" in r for r in rows), rows
     assert json.loads(js.read_text())
 
 
