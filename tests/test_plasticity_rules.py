@@ -222,6 +222,23 @@ def test_layout_methods_on_csr_and_csc(rng, on_cpu, on_pre):
         np.testing.assert_allclose(np.asarray(g.data), np.where(on, 1 + 0.2 * x[rows], 1.0), rtol=1e-12)
 
 
+@pytest.mark.parametrize("cls", ["CSR", "CSC"])
+def test_layout_methods_name_the_caller_and_argument(rng, on_cpu, cls):
+    """A CSC applies the rule through its stored columns, yet its errors speak of W's own sides."""
+    dense = random_csr(rng, N_PRE, N_POST, 0.3)[0]
+    W = getattr(xlakern, cls).fromdense(dense)
+    same = lambda e, pre, post, p: e  # noqa: E731
+    s_pre, s_post = rng.random(N_PRE) < 0.5, rng.random(N_POST) < 0.5
+    with pytest.raises(xlakern.event.EventShapeError, match=rf"{cls}\.apply_on_pre: a leaf of pre_vals .* {N_PRE}"):
+        W.apply_on_pre(same, s_pre, pre_vals=np.ones(N_POST))
+    with pytest.raises(xlakern.event.EventShapeError, match=rf"{cls}\.apply_on_post: a leaf of post_vals .* {N_POST}"):
+        W.apply_on_post(same, s_post, post_vals=np.ones(N_PRE))
+    with pytest.raises(xlakern.event.EventShapeError, match=rf"{cls}\.apply_on_pre: pre_spike has shape"):
+        W.apply_on_pre(same, s_post)
+    with pytest.raises(xlakern.event.EventShapeError, match=rf"{cls}\.apply_on_post: post_spike has shape"):
+        W.apply_on_post(same, s_pre)
+
+
 def test_shared_weight_needs_an_explicit_state(rng, on_cpu):
     _, cols, indptr, rows, state, x, y = problem(rng)
     W = xlakern.CSR((jnp.ones(1), cols, indptr), shape=(N_PRE, N_POST))

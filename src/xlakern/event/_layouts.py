@@ -1101,16 +1101,15 @@ class CSR(DataRepresentation):
                                       f"a rule needs one state a synapse: pass edge_state=, or "
                                       f"W.with_data(jnp.broadcast_to(W.data, W.indices.shape)) first")
             edge_state = self.data
-        spike = _raw(spike)
+        name, spike = f"{type(self).__name__}.{method}", _raw(spike)
         if not self._flipped:
-            fn = R.csr_apply_on_pre if on_pre else R.csr_apply_on_post
-            return fn(rule, edge_state, self.indices, self.indptr, spike, pre_vals=pre_vals, post_vals=post_vals,
-                      params=params, shape=self.shape)
+            return R.apply_on(name, on_pre, rule, edge_state, self.indices, self.indptr, spike, pre_vals, post_vals,
+                              params, self.shape)
         # stored by postsynaptic neuron: the stored rows are W's columns, so W's presynaptic side is the
-        # stored structure's postsynaptic one, with the neuron values (and the rule's arguments) swapped
-        fn = R.csr_apply_on_post if on_pre else R.csr_apply_on_pre
-        return fn(lambda e, stored_pre, stored_post, p: rule(e, stored_post, stored_pre, p), edge_state, self.indices,
-                  self.indptr, spike, pre_vals=post_vals, post_vals=pre_vals, params=params, shape=self.shape[::-1])
+        # stored structure's column side, with the neuron values (and the rule's arguments) swapped
+        return R.apply_on(name, not on_pre, lambda e, row_val, col_val, p: rule(e, col_val, row_val, p), edge_state,
+                          self.indices, self.indptr, spike, post_vals, pre_vals, params, self.shape[::-1],
+                          labels=("post_vals", "pre_vals", "post_spike", "pre_spike"))
 
 
 @register_pytree_node_class

@@ -108,22 +108,50 @@ def _apply(name: str, rule: Rule, edge_state, active, pre_e, post_e, params):
     return jax.tree_util.tree_map(select, new_state, edge_state, is_leaf=_units.is_quantity)
 
 
-def _structure(name, edge_state, indices, indptr, pre_vals, post_vals, shape):
-    n_pre, n_post = (int(d) for d in shape)
+def _structure(name, edge_state, indices, indptr, row_vals, col_vals, shape, labels):
+    n_rows, n_cols = (int(d) for d in shape)
     indices = jnp.asarray(indices)
     indptr = jnp.asarray(indptr)
     if indices.ndim != 1 or not jnp.issubdtype(indices.dtype, jnp.integer):
         raise EventDTypeError(f"{name}: indices must be a 1-D integer array (one column a synapse); got "
                               f"{indices.dtype} of shape {indices.shape}")
-    if indptr.shape != (n_pre + 1,) or not jnp.issubdtype(indptr.dtype, jnp.integer):
+    if indptr.shape != (n_rows + 1,) or not jnp.issubdtype(indptr.dtype, jnp.integer):
         raise EventShapeError(f"{name}: indptr has shape {indptr.shape} ({indptr.dtype}); expected integers of "
-                              f"shape ({n_pre + 1},) for shape {(n_pre, n_post)}")
+                              f"shape ({n_rows + 1},) for a structure of {n_rows} rows")
     nse = indices.shape[0]
     _check_leading(name, "edge_state", edge_state, nse, "nse, one entry a synapse")
-    _check_leading(name, "pre_vals", pre_vals, n_pre, "n_pre, one entry a presynaptic neuron")
-    _check_leading(name, "post_vals", post_vals, n_post, "n_post, one entry a postsynaptic neuron")
-    cols_ok = (indices >= 0) & (indices < n_post)
-    return n_pre, n_post, indices, indptr, jnp.clip(indices, 0, max(n_post - 1, 0)), cols_ok
+    for vals, label, size in ((row_vals, labels[0], n_rows), (col_vals, labels[1], n_cols)):
+        side = "presynaptic" if label.startswith("pre") else "postsynaptic"
+        _check_leading(name, label, vals, size, f"one entry a {side} neuron")
+    cols_ok = (indices >= 0) & (indices < n_cols)
+    return n_rows, n_cols, indices, indptr, jnp.clip(indices, 0, max(n_cols - 1, 0)), cols_ok
+
+
+def apply_on(name: str, on_rows: bool, rule: Rule, edge_state, indices, indptr, spike, row_vals, col_vals, params,
+             shape, labels=("pre_vals", "post_vals", "pre_spike", "post_spike")):
+    """The rule on the synapses of active rows (``on_rows``) or columns of a CSR structure of ``shape``;
+    ``rule(edge, row_val, col_val, params)``. ``labels`` name the row values, the column values and the
+    row and column spikes in error messages (a CSC's methods call this with its stored structure)."""
+    n_rows, n_cols, indices, indptr, cols, cols_ok = _structure(name, edge_state, indices, indptr, row_vals,
+                                                                col_vals, shape, labels)
+    nse = indices.shape[0]
+    rows = None
+    if on_rows:
+        fired = _active(name, labels[2], spike, n_rows)
+        rows, inside = synapse_rows(indices, indptr, n_rows, -1)
+        active = _take(fired, rows) & inside & cols_ok
+    else:
+        fired = _active(name, labels[3], spike, n_cols)
+        slot = jnp.arange(nse, dtype=indptr.dtype if nse < 2**31 - 1 else jnp.int64)
+        # a slot inside a row lies in [indptr[0], indptr[-1]) (for a rising indptr: the policy's case)
+        inside = (slot >= jnp.clip(indptr[0], 0, nse)) & (slot < jnp.clip(indptr[-1], 0, nse))
+        active = _take(fired, cols) & inside & cols_ok
+    row_e = None
+    if row_vals is not None:  # the rows are found only where a rule needs them
+        if rows is None:
+            rows, _ = synapse_rows(indices, indptr, n_rows, -1)
+        row_e = _gather(row_vals, rows)
+    return _apply(name, rule, edge_state, active, row_e, _gather(col_vals, cols), params)
 
 
 def csr_apply_on_pre(rule: Rule, edge_state, indices, indptr, pre_spike, *, pre_vals=None, post_vals=None,
@@ -141,13 +169,8 @@ def csr_apply_on_pre(rule: Rule, edge_state, indices, indptr, pre_spike, *, pre_
         new_w = xlakern.csr_apply_on_pre(lambda w, pre, post, lr: w + lr * post, w, indices, indptr, spikes,
                                          post_vals=post_trace, params=0.01, shape=(n_pre, n_post))
     """
-    name = "csr_apply_on_pre"
-    n_pre, _, indices, indptr, cols, cols_ok = _structure(name, edge_state, indices, indptr, pre_vals, post_vals,
-                                                          shape)
-    fired = _active(name, "pre_spike", pre_spike, n_pre)
-    rows, inside = synapse_rows(indices, indptr, n_pre, -1)
-    active = _take(fired, rows) & inside & cols_ok
-    return _apply(name, rule, edge_state, active, _gather(pre_vals, rows), _gather(post_vals, cols), params)
+    return apply_on("csr_apply_on_pre", True, rule, edge_state, indices, indptr, pre_spike, pre_vals, post_vals,
+                    params, shape)
 
 
 def csr_apply_on_post(rule: Rule, edge_state, indices, indptr, post_spike, *, pre_vals=None, post_vals=None,
@@ -162,17 +185,5 @@ def csr_apply_on_post(rule: Rule, edge_state, indices, indptr, post_spike, *, pr
         new_w = xlakern.csr_apply_on_post(lambda w, pre, post, lr: w - lr * pre, w, indices, indptr, spikes,
                                           pre_vals=pre_trace, params=0.01, shape=(n_pre, n_post))
     """
-    name = "csr_apply_on_post"
-    n_pre, n_post, indices, indptr, cols, cols_ok = _structure(name, edge_state, indices, indptr, pre_vals,
-                                                                post_vals, shape)
-    fired = _active(name, "post_spike", post_spike, n_post)
-    nse = indices.shape[0]
-    slot = jnp.arange(nse, dtype=indptr.dtype if nse < 2**31 - 1 else jnp.int64)
-    # a slot inside a row lies in [indptr[0], indptr[-1]) (for a rising indptr: the policy's case)
-    inside = (slot >= jnp.clip(indptr[0], 0, nse)) & (slot < jnp.clip(indptr[-1], 0, nse))
-    active = _take(fired, cols) & inside & cols_ok
-    pre_e = None
-    if pre_vals is not None:
-        rows, _ = synapse_rows(indices, indptr, n_pre, -1)
-        pre_e = _gather(pre_vals, rows)
-    return _apply(name, rule, edge_state, active, pre_e, _gather(post_vals, cols), params)
+    return apply_on("csr_apply_on_post", False, rule, edge_state, indices, indptr, post_spike, pre_vals, post_vals,
+                    params, shape)
