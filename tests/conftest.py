@@ -41,6 +41,22 @@ def x64():
         yield
 
 
+@contextlib.contextmanager
+def x64_everywhere():
+    """64-bit dtypes enabled in every thread for the duration of the block. ``x64()`` sets this thread's
+    flag only, and a host callback (jax's CPU spsolve) may run on one of XLA's threads, where the flag is
+    off: JAX then canonicalises its float64 result to float32 and fails the call (seen once in a full
+    sequential run)."""
+    import jax
+
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
 @pytest.fixture
 def rng(request):
     import numpy as np

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import xlakern
-from conftest import x64
+from conftest import x64, x64_everywhere
 from xlakern.event._dense_layout import Dense
 from xlakern.event._errors import EventBufferError, EventDependencyError, UnsupportedOperationError
 from xlakern.event._jitc import JITCMatrix, JITCNormalMatrix, JITCScalarMatrix, JITCUniformMatrix
@@ -561,7 +561,7 @@ def _square_case(rng, kind, n=12, shared=False):
 @pytest.mark.parametrize("kind", ["CSR", "CSC"])
 def test_solve_matches_numpy(kind, rng):
     u = pytest.importorskip("brainunit")
-    with x64():
+    with x64_everywhere():
         W = _square_case(rng, kind)
         W = type(W)((jnp.asarray(W.data, jnp.float64), W.indices, W.indptr), shape=W.shape)
         dense = np.asarray(W.todense(), np.float64)
