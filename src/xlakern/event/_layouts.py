@@ -681,8 +681,8 @@ class DataRepresentation:
     # -------------------------------------------------------------- plasticity
     def _plastic_data(self, name):
         if self._shared():
-            raise EventShapeError(f"{name}: data holds one shared weight; plasticity needs one weight per synapse "
-                                  f"(W.with_data(jnp.broadcast_to(W.data, W.indices.shape)) first)")
+            raise EventShapeError(f"{name}: data holds one shared (homogeneous) weight; plasticity needs one weight "
+                                  f"per synapse (W.with_data(jnp.broadcast_to(W.data, W.indices.shape)) first)")
         return self.data.reshape(-1)
 
     def update_on_pre(self, pre_spike, post_trace, w_min=None, w_max=None):
@@ -1095,13 +1095,9 @@ class CSR(DataRepresentation):
     def _apply_rule(self, method, on_pre, rule, spike, edge_state, pre_vals, post_vals, params):
         from . import _plasticity_rules as R
 
-        if edge_state is None:
-            if self._shared():
-                raise EventShapeError(f"{type(self).__name__}.{method}: data holds one shared (homogeneous) weight; "
-                                      f"a rule needs one state a synapse: pass edge_state=, or "
-                                      f"W.with_data(jnp.broadcast_to(W.data, W.indices.shape)) first")
-            edge_state = self.data
         name, spike = f"{type(self).__name__}.{method}", _raw(spike)
+        if edge_state is None:  # the weights, which must be one a synapse (or pass edge_state=)
+            edge_state = self._plastic_data(name)
         if not self._flipped:
             return R.apply_on(name, on_pre, rule, edge_state, self.indices, self.indptr, spike, pre_vals, post_vals,
                               params, self.shape)

@@ -43,12 +43,8 @@ __all__ = ["csr_apply_on_pre", "csr_apply_on_post"]
 Rule = Callable[[Any, Any, Any, Any], Any]
 
 
-def _leaves(tree):
-    return jax.tree_util.tree_leaves(tree, is_leaf=_units.is_quantity)
-
-
 def _check_leading(name: str, arg: str, tree, size: int, what: str) -> None:
-    for leaf in _leaves(tree):
+    for leaf in jax.tree_util.tree_leaves(tree, is_leaf=_units.is_quantity):
         shape = tuple(np.shape(_units.split(leaf)[0]))
         if not shape or shape[0] != size:
             raise EventShapeError(f"{name}: a leaf of {arg} has shape {shape}; every leaf needs a leading "
@@ -103,7 +99,7 @@ def _apply(name: str, rule: Rule, edge_state, active, pre_e, post_e, params):
         old_m = jnp.asarray(old_m)
         mask = active.reshape(active.shape + (1,) * (old_m.ndim - 1))
         out = jnp.where(mask, _in_unit_of(name, new, unit), old_m).astype(old_m.dtype)
-        return out if unit is None else _units.attach(out, unit)
+        return _units.attach(out, unit)  # (no unit: out as it is)
 
     return jax.tree_util.tree_map(select, new_state, edge_state, is_leaf=_units.is_quantity)
 

@@ -407,7 +407,8 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
   const int64_t col_blocks = (ncols / V + kThreads - 1) / kThreads;
   const int64_t spread = col_blocks * batch;
   const int64_t want = int64_t(gpu_limits().sms) * 4;
-  int64_t parts = std::min<int64_t>((want + spread - 1) / spread, std::max<int64_t>(1, nrows / 256));  // >= 256 rows a slice
+  // slices of 256 rows or more, but no fewer slices than kSliceRows rows each need
+  int64_t parts = std::min<int64_t>((want + spread - 1) / spread, std::max<int64_t>(1, nrows / 256));
   parts = std::max<int64_t>(parts, (nrows + kSliceRows - 1) / kSliceRows);
   if (parts > 65535 || col_blocks > 0x7fffffff) return false;
   const int64_t rows_per_part = (nrows + parts - 1) / parts;
