@@ -136,6 +136,68 @@ def test_csr_dt2t_rows_kernel(rng):
     _check_dt2t_rows_kernel(rng)
 
 
+def _numpy_slot_rows(ptr, nse):
+    """Each slot's row as the reference counts it: row starts (clipped into [0, nse]) at or before it, less one."""
+    return np.searchsorted(np.sort(np.clip(ptr, 0, nse)), np.arange(nse), side="right") - 1
+
+
+def _slot_rows_cases(rng):
+    """(indptr, nse): rows long and short, runs of empty rows, slots before the first row and after the
+    last, enough slots for several CPU chunks and many warps; no rows; no slots; one slot."""
+    lens = rng.integers(0, 120, 3000)
+    lens[rng.random(lens.size) < 0.4] = 0
+    lens[500:900] = 0
+    lens[11] = 20_000
+    ptr = 7 + np.concatenate([[0], np.cumsum(lens)])
+    yield ptr, int(ptr[-1]) + 9
+    yield np.concatenate([[0], np.cumsum(rng.integers(1, 5, 40))]), None  # nse = ptr[-1]
+    yield np.array([3]), 10  # no rows: every slot lies before the first one
+    yield np.array([0, 0, 0]), 0
+    yield np.array([-4, 0, 1]), 1
+
+
+def _check_slot_rows(rng, exact_when_malformed):
+    """csr_slot_rows (the default backend, and jnp) against NumPy for both index dtypes and both output
+    dtypes; then on malformed indptrs (shuffled, out of range): exact, or at least rows in [-1, rows]."""
+    from xlakern.event import _kernels as K
+
+    with x64():
+        for ptr, nse in _slot_rows_cases(rng):
+            nse = int(ptr[-1]) if nse is None else nse
+            for index_dtype, out_dtype in ((np.int32, np.int32), (np.int64, np.int32), (np.int64, np.int64)):
+                for backend in (None, "jnp"):
+                    got = K.slot_rows_p(jnp.asarray(ptr, index_dtype), outs=[K.SDS((nse,), out_dtype)],
+                                        backend=backend)[0]
+                    assert got.dtype == out_dtype
+                    np.testing.assert_array_equal(got, _numpy_slot_rows(ptr, nse),
+                                                  err_msg=f"{index_dtype.__name__} -> {out_dtype.__name__}, {backend}")
+            nrows = ptr.size - 1
+            rows, inside = K.slot_rows(jnp.zeros(nse, jnp.int32), jnp.asarray(ptr, jnp.int32), nrows)
+            want = _numpy_slot_rows(ptr, nse)
+            np.testing.assert_array_equal(inside, (want >= 0) & (want < nrows))
+            np.testing.assert_array_equal(np.asarray(rows)[want >= 0], np.clip(want, 0, max(nrows - 1, 0))[want >= 0])
+        for _ in range(6):
+            nrows, nse = int(rng.integers(1, 300)), int(rng.integers(1, 5000))
+            ptr = rng.integers(-20, nse + 20, nrows + 1)
+            got = np.asarray(K.slot_rows_p(jnp.asarray(ptr, jnp.int32), outs=[K.SDS((nse,), jnp.int32)])[0])
+            if exact_when_malformed:
+                np.testing.assert_array_equal(got, _numpy_slot_rows(ptr, nse))
+            else:
+                assert got.min() >= -1 and got.max() <= nrows
+
+
+def test_slot_rows_kernel_matches_numpy(rng, on_cpu):
+    from xlakern.event import _kernels as K
+
+    _check_slot_rows(rng, exact_when_malformed=True)  # the C++ kernel counts a malformed indptr exactly
+    # a direct call with operands the wrapper never passes fails as an error, not a crash
+    for ptr, out, msg in ((jnp.zeros(3, jnp.float32), jnp.int32, "int32 or int64, got float32"),
+                          (jnp.zeros(3, jnp.int32), jnp.float32, "one int32 row a slot"),
+                          (jnp.zeros((2, 2), jnp.int32), jnp.int32, "rows \\+ 1 offsets")):
+        with pytest.raises(Exception, match=msg):
+            jax.block_until_ready(K.slot_rows_p(ptr, outs=[K.SDS((4,), out)])[0])
+
+
 def test_malformed_structure_reads_nothing_out_of_bounds(rng):
     data, idx = jnp.ones(4), jnp.array([0, 7, 2, -1], jnp.int32)
     ptr = jnp.array([0, 2, 3], jnp.int32)  # the last synapse is in no row
@@ -518,6 +580,12 @@ def test_compressed_dt2t_gpu(rng, csc, mm):
         _check_compressed_dt2t(rng, csc, mm, np.int32)
         if not csc:
             _check_dt2t_rows_kernel(rng)
+
+
+@pytest.mark.gpu
+def test_slot_rows_kernel_gpu(rng):
+    with jax.default_device(jax.devices("gpu")[0]):
+        _check_slot_rows(rng, exact_when_malformed=False)
 
 
 @pytest.mark.gpu

@@ -79,20 +79,59 @@ def spike_factor(spikes, binary: bool, dtype):
 
 # ----------------------------------------------------------------------------- COO view (jnp)
 
-def synapse_rows(indices, indptr, nrows: int, nconn: int):
-    """Row of every synapse and whether it lies inside a row (the kernels' indptr clamping).
+def counted_rows(indptr, nse: int, dtype=None):
+    """The row of each of ``nse`` slots, in ``[-1, rows]``: the number of row starts (``indptr``
+    clipped into ``[0, nse]``) at or before the slot, less one. -1 lies before the first row and
+    ``rows`` after the last; for a non-decreasing ``indptr`` the rest is the row whose range holds
+    the slot. A count scattered into ``nse + 1`` bins, then a cumulative sum: two linear passes,
+    where a binary search per synapse cost 4-7x more on the CPU and ~8 ms for 32M synapses on an H100."""
+    if dtype is None:
+        dtype = jnp.int32 if nse < 2**31 - 1 else jnp.int64
+    starts = jnp.zeros((nse + 1,), dtype).at[jnp.clip(indptr, 0, nse)].add(1)
+    return jnp.cumsum(starts[:nse]) - 1
 
-    The row of slot ``p`` is the number of row starts at or before it, less one: a count of the
-    clipped ``indptr`` entries scattered into ``nse + 1`` bins, then a cumulative sum. That is two
-    linear passes (a CUB scan on GPUs), where a binary search per synapse cost 4-7x more on the CPU
-    and ~8 ms for 32M synapses on an H100. For a sorted ``indptr`` it is the same answer."""
+
+def synapse_rows(indices, indptr, nrows: int, nconn: int):
+    """Row of every synapse and whether it lies inside a row (the kernels' indptr clamping), in jnp:
+    the references' form (:func:`slot_rows` is the compiled one). ``nconn >= 0``: fixed-count rows."""
     nse = indices.size
     if nconn >= 0:
         return jnp.arange(nse) // max(nconn, 1), jnp.ones((nse,), bool)
-    count = jnp.int32 if nse < 2**31 - 1 else jnp.int64
-    ptr = jnp.clip(indptr, 0, nse)
-    starts = jnp.zeros((nse + 1,), count).at[ptr].add(1)
-    rows = jnp.cumsum(starts[:nse]) - 1
+    rows = counted_rows(indptr, nse)
+    inside = (rows >= 0) & (rows < nrows)
+    return jnp.clip(rows, 0, max(nrows - 1, 0)), inside
+
+
+def _slot_rows_primitive() -> XLACustomKernel:
+    """``csr_slot_rows``: operand indptr (int32/int64, rows + 1); output (nse,) int32/int64, each slot's
+    row in ``[-1, rows]`` as :func:`counted_rows` gives it (on GPUs, for a non-decreasing indptr).
+    C++/CUDA kernels find the rows as they go (csr_rows.h); XLA's CPU scan took ~4 ns a slot."""
+    op = XLACustomKernel("csr_slot_rows")
+    op.def_tags("event", "csr")
+
+    def compiled(module_fn):
+        return lambda outs: (lambda indptr: module_fn().csr_slot_rows(indptr, outs=outs[0]))
+
+    op.def_cpp_kernel(compiled(synapse_cpu_module))
+    op.def_cuda_kernel(compiled(synapse_cuda_module))
+    for platform in ("cpu", "gpu", "tpu"):
+        op.def_kernel("jnp", platform,
+                      lambda outs: (lambda indptr: counted_rows(indptr, outs[0].shape[0], outs[0].dtype)))
+    return op
+
+
+slot_rows_p = _slot_rows_primitive()
+
+
+def slot_rows(indices, indptr, nrows: int, nconn: int = -1, backend=None):
+    """:func:`synapse_rows` through ``csr_slot_rows``'s kernels: (row clipped into ``[0, rows)``,
+    inside a row) for every synapse. For the paths users run (csr_apply, layout conversions), not
+    for references. Fixed-count rows (``nconn >= 0``) and index dtypes other than int32/int64 stay jnp."""
+    nse = indices.size
+    if nconn >= 0 or nse == 0 or jnp.dtype(indptr.dtype) not in (jnp.dtype(jnp.int32), jnp.dtype(jnp.int64)):
+        return synapse_rows(indices, indptr, nrows, nconn)
+    dtype = jnp.int32 if nrows < 2**31 - 1 else jnp.int64
+    rows = slot_rows_p(indptr, outs=[SDS((nse,), dtype)], backend=backend)[0]
     inside = (rows >= 0) & (rows < nrows)
     return jnp.clip(rows, 0, max(nrows - 1, 0)), inside
 

@@ -31,7 +31,7 @@ from . import _units
 from ._errors import (EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventNDimError,
                       EventShapeError, EventTracedError, EventUnitError, UnsupportedOperationError)
 from ._events import EventRepresentation, _raw
-from ._kernels import synapse_rows
+from ._kernels import slot_rows
 
 __all__ = ["DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost"]
 
@@ -331,7 +331,7 @@ class DataRepresentation:
         ``inside`` is False for a synapse outside every row or with an out-of-range index."""
         idx, indptr = self._stored_structure()
         rows, cols = self._stored_shape()
-        r, inside = synapse_rows(idx, indptr, rows, self.indices.shape[1] if self._fixed else -1)
+        r, inside = slot_rows(idx, indptr, rows, self.indices.shape[1] if self._fixed else -1)
         return r, idx, inside & (idx >= 0) & (idx < cols)
 
     def _entries(self):
@@ -872,7 +872,7 @@ def _sparse_solve(name, data, indices, indptr, shape, b, tol, reorder):
         dtype = jnp.asarray(0.0).dtype
     # the solvers want each row's columns in order (SciPy's CPU path fails on an unsorted row, and
     # diag_add appends to rows): a stable sort by (row, column) keeps indptr as it is
-    rows, _ = synapse_rows(indices, indptr, shape[0], -1)
+    rows, _ = slot_rows(indices, indptr, shape[0], -1)
     order = jnp.lexsort((indices, rows))
     x = spsolve(jnp.asarray(data, dtype)[order], indices[order], indptr, value.astype(dtype), tol=tol,
                 reorder=reorder)

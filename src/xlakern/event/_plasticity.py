@@ -29,7 +29,7 @@ import numpy as np
 from .. import XLACustomKernel
 from . import _units
 from ._errors import EventDTypeError, EventShapeError
-from ._kernels import kernel_module, SDS, synapse_rows
+from ._kernels import kernel_module, SDS, slot_rows, synapse_rows
 from ._ops import _index, _shape2
 
 __all__ = [
@@ -233,7 +233,7 @@ def csc_to_csr_view(indices, indptr, *, shape):
     """
     n_pre, n_post = shape
     indices = jnp.asarray(indices)
-    cols, _ = synapse_rows(indices, jnp.asarray(indptr), n_post, -1)  # the post neuron of each synapse
+    cols, _ = slot_rows(indices, jnp.asarray(indptr), n_post, -1)  # the post neuron of each synapse
     perm = jnp.argsort(indices, stable=True).astype(indices.dtype)
     counts = jnp.zeros((n_pre,), indices.dtype).at[indices].add(1, mode="drop")
     csr_indptr = jnp.concatenate([jnp.zeros((1,), indices.dtype), jnp.cumsum(counts).astype(indices.dtype)])

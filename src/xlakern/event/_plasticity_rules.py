@@ -7,7 +7,8 @@ synapse takes the rule's result when its presynaptic (``_on_pre``) or postsynapt
 neuron is active, a non-zero spike (NaN is active), and keeps its state otherwise. The rule can be
 anything jnp can write (eligibility traces, weight-dependent STDP, reward modulation), so it runs as
 one fused jnp pass over the synapses rather than as a kernel: the cost is the synapse count, not the
-spike count. For the additive trace rule, ``update_csr_on_binary_pre/post`` touch only the synapses of
+spike count. Only each synapse's row comes from a kernel (``csr_slot_rows``; XLA's scan for it was
+most of a CPU step). For the additive trace rule, ``update_csr_on_binary_pre/post`` touch only the synapses of
 active neurons.
 
 Policy: a synapse whose column index is out of range, or that lies outside every row of ``indptr``,
@@ -36,7 +37,7 @@ import numpy as np
 
 from . import _units
 from ._errors import EventDTypeError, EventRuleError, EventShapeError, EventUnitError
-from ._kernels import synapse_rows
+from ._kernels import slot_rows
 
 __all__ = ["csr_apply_on_pre", "csr_apply_on_post"]
 
@@ -134,7 +135,7 @@ def apply_on(name: str, on_rows: bool, rule: Rule, edge_state, indices, indptr, 
     rows = None
     if on_rows:
         fired = _active(name, labels[2], spike, n_rows)
-        rows, inside = synapse_rows(indices, indptr, n_rows, -1)
+        rows, inside = slot_rows(indices, indptr, n_rows, -1)
         active = _take(fired, rows) & inside & cols_ok
     else:
         fired = _active(name, labels[3], spike, n_cols)
@@ -145,7 +146,7 @@ def apply_on(name: str, on_rows: bool, rule: Rule, edge_state, indices, indptr, 
     row_e = None
     if row_vals is not None:  # the rows are found only where a rule needs them
         if rows is None:
-            rows, _ = synapse_rows(indices, indptr, n_rows, -1)
+            rows, _ = slot_rows(indices, indptr, n_rows, -1)
         row_e = _gather(row_vals, rows)
     return _apply(name, rule, edge_state, active, row_e, _gather(col_vals, cols), params)
 

@@ -5,6 +5,8 @@
 //   csr_row_col_product  out[p] = sum over batch of a[row of p, b] * bb[column of p, b]   (the weight
 //                        gradient of a CSR product; a row whose a is all zero, e.g. a silent neuron's,
 //                        gives 0 without reading the slot's column)
+//   csr_slot_rows        out[p] = the row of slot p (what csr_apply and the layouts' conversions
+//                        gather the presynaptic side with; XLA's CPU scan took ~4 ns a slot)
 // A slot outside every row, or with a column outside [0, cols), gives 0. Parallel over chunks of
 // slots: each chunk searches the row of its first slot and walks row by row from there, so the
 // per-slot loops hold no row search and no division (a division a slot made the fixed-count
@@ -93,4 +95,43 @@ void csr_row_col_product(const xk::Tensor a, const xk::Tensor bb, const xk::Tens
   };
   if (a.dtype() == DType::Float64) run(Tag<double>{});
   else run(Tag<float>{});
+}
+
+// indptr: (rows + 1,); out: (nse,) int32 or int64. The row of each slot as the jnp reference counts it:
+// the number of row starts (clamped into [0, nse]) at or before the slot, less one, so -1 before the
+// first row and `rows` after the last. A non-decreasing indptr (checked first, O(rows)) fills the
+// rows' ranges in parallel; any other is counted and scanned in one pass, the same answer.
+// @xk csr_slot_rows arg ret
+void csr_slot_rows(const xk::Tensor indptr, xk::Tensor out) {
+  using namespace xk_event;
+  const SynapseGeometry g = checked_slot_rows(indptr, out);
+  const int64_t nrows = g.nrows, nse = g.nse;
+  dispatch_index(indptr.dtype(), [&](auto it) {
+    dispatch_index(out.dtype(), [&](auto ot) {
+      using I = typename decltype(it)::type;
+      using O = typename decltype(ot)::type;
+      const I* ptr = indptr.data_ptr<I>();
+      O* o = out.data_ptr<O>();
+      bool rising = true;
+      for (int64_t r = 0; rising && r < nrows; ++r)
+        rising = clamped_start(ptr, r, nse) <= clamped_start(ptr, r + 1, nse);
+      if (rising) {
+        xk::parallel_for(nse, 1 << 15, [&](int64_t lo, int64_t hi) {
+          for_each_row_segment(ptr, nrows, nse, -1, lo, hi,
+                               [&](int64_t r, int64_t p0, int64_t p1) { std::fill(o + p0, o + p1, O(r)); });
+        });
+        return;
+      }
+      std::fill(o, o + nse, O(0));
+      for (int64_t r = 0; r <= nrows; ++r) {
+        const int64_t p = clamped_start(ptr, r, nse);
+        if (p < nse) ++o[p];
+      }
+      O count = 0;
+      for (int64_t p = 0; p < nse; ++p) {
+        count += o[p];
+        o[p] = count - 1;
+      }
+    });
+  });
 }

@@ -147,6 +147,20 @@ __global__ void __launch_bounds__(kThreads) row_col_kernel(const A* __restrict__
   }
 }
 
+// Each lane writes its 8 slots' rows (csr_rows.h), coalesced.
+template <typename I, typename O>
+__global__ void __launch_bounds__(kThreads) slot_rows_kernel(const I* __restrict__ indptr, O* __restrict__ out,
+                                                             int64_t nrows, int64_t nse) {
+  const int64_t base = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * kSlotsPerWarp;
+  const int lane = threadIdx.x & 31;
+  if (base >= nse) return;
+  int64_t rows[kSlotsPerLane];
+  lane_rows(indptr, nrows, nse, base, lane, rows);
+#pragma unroll
+  for (int k = 0; k < kSlotsPerLane; ++k)
+    if (base + k * 32 + lane < nse) out[base + k * 32 + lane] = O(rows[k]);
+}
+
 unsigned blocks_for_slots(int64_t nse) { return grid_for_warps((nse + kSlotsPerWarp - 1) / kSlotsPerWarp); }
 
 }  // namespace
@@ -190,5 +204,25 @@ void csr_row_col_product(const xk::Tensor a, const xk::Tensor bb, const xk::Tens
   };
   if (a.dtype() == DType::Float64) run(Tag<double>{});
   else run(Tag<float>{});
+  XK_CHECK_LAUNCH();
+}
+
+// indptr: (rows + 1,); out: (nse,) int32 or int64: the row of each slot, -1 before the first row and
+// `rows` after the last. For a non-decreasing indptr that is the jnp reference's answer; for a
+// malformed one each slot gets a row in [-1, rows] (the CPU kernel counts exactly; a GPU check of
+// the whole indptr would cost a launch in every call).
+// @xk csr_slot_rows arg ret stream
+void csr_slot_rows(const xk::Tensor indptr, xk::Tensor out, int64_t stream) {
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  const SynapseGeometry g = checked_slot_rows(indptr, out);
+  dispatch_index(indptr.dtype(), [&](auto it) {
+    dispatch_index(out.dtype(), [&](auto ot) {
+      using I = typename decltype(it)::type;
+      using O = typename decltype(ot)::type;
+      if (g.nse > 0)
+        slot_rows_kernel<<<blocks_for_slots(g.nse), kThreads, 0, st>>>(indptr.data_ptr<I>(), out.data_ptr<O>(),
+                                                                       g.nrows, g.nse);
+    });
+  });
   XK_CHECK_LAUNCH();
 }

@@ -56,4 +56,14 @@ inline SynapseGeometry checked_row_col(const xk::Tensor& a, const xk::Tensor& b,
   return {batch, nse, nrows, b.numel() / batch};
 }
 
+// csr_slot_rows: indptr (rows + 1,); out (nse,) int32, or int64 (needed from 2^31 - 1 rows on).
+inline SynapseGeometry checked_slot_rows(const xk::Tensor& indptr, const xk::Tensor& out) {
+  const int64_t nrows = indptr.numel() - 1;
+  XK_CHECK(indptr.ndim() == 1 && nrows >= 0) << "indptr must be a vector of rows + 1 offsets";
+  XK_CHECK(out.ndim() == 1 && (out.dtype() == DType::Int64 ||
+                               (out.dtype() == DType::Int32 && nrows < (int64_t(1) << 31) - 1)))
+      << "the output must hold one int32 row a slot (int64 from 2^31 - 1 rows on)";
+  return {1, out.numel(), nrows, 0};
+}
+
 }  // namespace xk_event
