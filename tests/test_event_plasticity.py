@@ -46,23 +46,25 @@ def numpy_stdp(mask, w, pre, post, use_pre=True, use_post=True):
     return w
 
 
-def run_loop(on_pre, on_post, w0, pre, post):
-    """The same loop in jax: one jitted scan, the weights carried (and updated in place)."""
+def run_loop(on_pre, on_post, w0, pre, post, structure=()):
+    """The same loop in jax: one jitted scan, the weights carried (and updated in place). ``structure``:
+    arrays passed into the jitted loop as arguments (so traced) and on to on_pre / on_post after their
+    own arguments."""
     @jax.jit
-    def loop(w, pre, post):
+    def loop(w, pre, post, structure):
         def step(carry, s):
             w, x_pre, x_post = carry
             sp, so = s
             x_pre = x_pre * DECAY + sp
             x_post = x_post * DECAY + so
             if on_pre is not None:
-                w = on_pre(w, sp, -A_PRE * x_post)
+                w = on_pre(w, sp, -A_PRE * x_post, *structure)
             if on_post is not None:
-                w = on_post(w, A_POST * x_pre, so)
+                w = on_post(w, A_POST * x_pre, so, *structure)
             return (w, x_pre, x_post), None
         init = (w, jnp.zeros(N_PRE, w.dtype), jnp.zeros(N_POST, w.dtype))
         return jax.lax.scan(step, init, (pre, post))[0][0]
-    return np.asarray(loop(w0, jnp.asarray(pre), jnp.asarray(post)))
+    return np.asarray(loop(w0, jnp.asarray(pre), jnp.asarray(post), tuple(jnp.asarray(a) for a in structure)))
 
 
 def csr_of(mask, w):
@@ -94,19 +96,61 @@ def test_csr_stdp_matches_numpy(backend, rng):
         assert (want != w).any() and (want == W_MIN).any()  # the rule moved weights and clipped some
 
 
+@pytest.mark.parametrize("traced", [False, True])
 @pytest.mark.parametrize("backend", [None, "jnp"])
-def test_csc_stdp_matches_numpy(backend, rng):
+def test_csc_stdp_matches_numpy(backend, traced, rng):
+    """Closed over, the CSC structure is regrouped by presynaptic neuron once, while tracing; passed into
+    the jitted loop (traced), the presynaptic update is one pass over every synapse instead."""
     mask, w = network(rng)
     pre, post = spike_trains(rng)
     with x64():
         # CSC storage = CSR of the transpose
         data_t, indices_t, indptr_t, *_ = csr_of(mask.T, w.T)
         kw = dict(w_min=W_MIN, w_max=W_MAX, shape=(N_PRE, N_POST), backend=backend)
-        got = run_loop(lambda w, s, tr: xlakern.update_csc_on_binary_pre(w, indices_t, indptr_t, s, tr, **kw),
-                       lambda w, tr, s: xlakern.update_csc_on_binary_post(w, indices_t, indptr_t, tr, s, **kw),
-                       jnp.asarray(data_t), pre, post)
+        closed = (indices_t, indptr_t)
+        structure = lambda given: given or closed  # noqa: E731  (the loop's arguments, else the closure)
+        got = run_loop(lambda w, s, tr, *g: xlakern.update_csc_on_binary_pre(w, *structure(g), s, tr, **kw),
+                       lambda w, tr, s, *g: xlakern.update_csc_on_binary_post(w, *structure(g), tr, s, **kw),
+                       jnp.asarray(data_t), pre, post, structure=closed if traced else ())
         want = numpy_stdp(mask, w, pre, post)
         np.testing.assert_allclose(to_dense(mask.T, got).T, want, rtol=1e-12, atol=1e-12)
+
+
+def test_csc_pre_update_of_a_traced_structure_matches_the_kernel(rng):
+    """The one-pass update (a traced structure) against the kernel's (closed over): float, NaN, negative
+    and zero spikes; column indices out of range; slots before the first column and after the last; no
+    bounds, one bound, two; weights, trace and bounds differentiated."""
+    n_pre, n_post, nse = 23, 17, 150
+    indices = rng.integers(0, n_pre, nse).astype(np.int32)
+    indices[::11] = n_pre + 3  # out of range: never updated
+    indptr = np.concatenate([[4], np.sort(rng.integers(4, nse - 6, n_post - 1)), [nse - 6]]).astype(np.int32)
+    spikes = np.where(rng.random(n_pre) < 0.5, rng.standard_normal(n_pre), 0.0).astype(np.float32)
+    spikes[:3] = [np.nan, -1.0, 0.0]
+    w = rng.uniform(-1, 1, nse).astype(np.float32)
+    trace = rng.uniform(-0.6, 0.6, n_post).astype(np.float32)
+    c = rng.standard_normal(nse).astype(np.float32)
+    for lo, hi in ((None, None), (-0.5, None), (-0.5, 0.5)):
+        def loss(w, tr, lo_, hi_, i, p):
+            return jnp.sum(c * xlakern.update_csc_on_binary_pre(w, i, p, spikes, tr, lo_, hi_, shape=(n_pre, n_post)))
+
+        bounds = (None if lo is None else jnp.float32(lo), None if hi is None else jnp.float32(hi))
+        argnums = (0, 1) + tuple(k + 2 for k, b in enumerate(bounds) if b is not None)
+        traced = jax.jit(jax.value_and_grad(loss, argnums=argnums))(w, trace, *bounds, indices, indptr)
+        closed = jax.jit(jax.value_and_grad(lambda w, tr, lo_, hi_: loss(w, tr, lo_, hi_, indices, indptr),
+                                            argnums=argnums))(w, trace, *bounds)
+        np.testing.assert_allclose(traced[0], closed[0], rtol=1e-6, atol=1e-6)
+        for g_traced, g_closed in zip(traced[1], closed[1]):
+            np.testing.assert_allclose(g_traced, g_closed, rtol=1e-6, atol=1e-6)
+    # and against NumPy, the last bounds: the synapses of spiking presynaptic neurons, in range, inside a column
+    cols = np.searchsorted(indptr, np.arange(nse), side="right") - 1
+    hit = (cols >= 0) & (cols < n_post) & (indices < n_pre)
+    hit[hit] &= spikes[indices[hit]] != 0
+    want = w.astype(np.float64)
+    want[hit] = np.clip(want[hit] + trace[cols[hit]], -0.5, 0.5)
+    got = jax.jit(lambda w, i, p: xlakern.update_csc_on_binary_pre(w, i, p, spikes, trace, -0.5, 0.5,
+                                                                   shape=(n_pre, n_post)))(w, indices, indptr)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert hit.any() and (~hit).any()
 
 
 @pytest.mark.parametrize("backend", [None, "jnp"])

@@ -724,6 +724,11 @@ class DataRepresentation:
         post_spike = _raw(post_spike)
         if not self._flipped:  # stored by presynaptic neuron: walk a view grouped by postsynaptic one
             idx, indptr = self._stored_structure()
+            if P.traced_structure(idx, indptr):  # the view would sort every synapse each call: one pass instead
+                new = P.update_on_index_spikes(f"{type(self).__name__}.update_on_post", flat, idx, indptr,
+                                               pre_trace, post_spike, w_min, w_max, nrows=self.shape[0],
+                                               ncols=self.shape[1], backend=self.backend)
+                return self._replace_data(new.reshape(self.data.shape))
             view_indptr, view_indices, perm = P.csc_to_csr_view(idx, indptr, shape=self.shape[::-1])
             new = P.update_csr_on_binary_post(flat, view_indices, view_indptr, perm, pre_trace, post_spike, w_min,
                                               w_max, **kw)
