@@ -326,6 +326,17 @@ class DataRepresentation:
         rows, k = self.indices.shape
         return idx, jnp.arange(rows + 1, dtype=idx.dtype) * k
 
+    def _stored_structure_as_given(self):
+        """:meth:`_stored_structure`, computed now (not staged into a trace) when the layout's arrays are
+        concrete, so that a structure a jitted function closes over stays concrete (see
+        ``_plasticity.csc_to_csr_view``)."""
+        from ._plasticity import traced_structure
+
+        if traced_structure(self.indices, None if self._fixed else self.indptr):
+            return self._stored_structure()
+        with jax.ensure_compile_time_eval():
+            return self._stored_structure()
+
     def _stored_entries(self):
         """(row, col, inside) of every stored synapse in storage order, in the stored matrix;
         ``inside`` is False for a synapse outside every row or with an out-of-range index."""
@@ -699,7 +710,7 @@ class DataRepresentation:
         kw = dict(shape=self.shape, backend=self.backend)
         pre_spike = _raw(pre_spike)
         if self._flipped:  # stored by postsynaptic neuron: the CSC update regroups by presynaptic one
-            idx, indptr = self._stored_structure()
+            idx, indptr = self._stored_structure_as_given()
             new = P.update_csc_on_binary_pre(flat, idx, indptr, pre_spike, post_trace, w_min, w_max, **kw)
         elif self._fixed:
             new = P.update_fixed_post_conn_on_binary_pre(self.data, self.indices, pre_spike, post_trace, w_min,
@@ -723,7 +734,7 @@ class DataRepresentation:
         kw = dict(shape=self.shape, backend=self.backend)
         post_spike = _raw(post_spike)
         if not self._flipped:  # stored by presynaptic neuron: walk a view grouped by postsynaptic one
-            idx, indptr = self._stored_structure()
+            idx, indptr = self._stored_structure_as_given()
             if P.traced_structure(idx, indptr):  # the view would sort every synapse each call: one pass instead
                 new = P.update_on_index_spikes(f"{type(self).__name__}.update_on_post", flat, idx, indptr,
                                                pre_trace, post_spike, w_min, w_max, nrows=self.shape[0],

@@ -267,7 +267,8 @@ def traced_structure(*arrays) -> bool:
 
 def csc_to_csr_view(indices, indptr, *, shape):
     """(csr_indptr, csr_indices, perm) of a CSC structure of ``shape=(n_pre, n_post)``: its synapses
-    grouped by presynaptic neuron; ``perm[p]`` is the CSC position of the view's p-th synapse.
+    grouped by presynaptic neuron; ``perm[p]`` is the CSC position of the view's p-th synapse. Synapses
+    outside every column or with a row outside ``[0, n_pre)`` come last, after every row of the view.
     Traceable (a stable sort), so it also works on indices built inside ``jit``. Concrete indices (a
     structure closed over by a jitted function) are regrouped once, while tracing: in the graph, the
     sort ran every call, and XLA spent over a minute constant-folding it at 3.2M synapses.
@@ -279,9 +280,11 @@ def csc_to_csr_view(indices, indptr, *, shape):
     n_pre, n_post = shape
     with contextlib.nullcontext() if traced_structure(indices, indptr) else jax.ensure_compile_time_eval():
         indices = jnp.asarray(indices)
-        cols, _ = slot_rows(indices, jnp.asarray(indptr), n_post, -1)  # the post neuron of each synapse
-        perm = jnp.argsort(indices, stable=True).astype(indices.dtype)
-        counts = jnp.zeros((n_pre,), indices.dtype).at[indices].add(1, mode="drop")
+        cols, inside = slot_rows(indices, jnp.asarray(indptr), n_post, -1)  # the post neuron of each synapse
+        # a synapse outside every column, or whose row is outside [0, n_pre), goes last, in no row of the view
+        key = jnp.where(inside & (indices >= 0) & (indices < n_pre), indices, n_pre).astype(indices.dtype)
+        perm = jnp.argsort(key, stable=True).astype(indices.dtype)
+        counts = jnp.zeros((n_pre,), indices.dtype).at[key].add(1, mode="drop")
         csr_indptr = jnp.concatenate([jnp.zeros((1,), indices.dtype), jnp.cumsum(counts).astype(indices.dtype)])
         return csr_indptr, cols[perm].astype(indices.dtype), perm
 
@@ -297,12 +300,12 @@ def update_csc_on_binary_pre(weight, indices, indptr, pre_spike, post_trace, w_m
     """
     name = "update_csc_on_binary_pre"
     n_pre, n_post = _shape2(name, shape)
-    indices = _index(name, "indices", indices)
-    indptr = _index(name, "indptr", indptr)
     if traced_structure(indices, indptr):  # a view would sort every synapse each call: one pass instead
-        return update_on_index_spikes(name, weight, indices, indptr, post_trace, pre_spike, w_min, w_max,
-                                      nrows=n_post, ncols=n_pre, backend=backend)
-    csr_indptr, csr_indices, perm = csc_to_csr_view(indices, indptr, shape=(n_pre, n_post))
+        return update_on_index_spikes(name, weight, _index(name, "indices", indices), _index(name, "indptr", indptr),
+                                      post_trace, pre_spike, w_min, w_max, nrows=n_post, ncols=n_pre, backend=backend)
+    with jax.ensure_compile_time_eval():  # concrete (NumPy, or closed over by jit): regrouped once, now
+        indices = _index(name, "indices", indices)
+        csr_indptr, csr_indices, perm = csc_to_csr_view(indices, _index(name, "indptr", indptr), shape=(n_pre, n_post))
     return _update(name, weight, csr_indices, csr_indptr, perm, pre_spike, post_trace, w_min, w_max, nrows=n_pre,
                    ncols=n_post, nconn=-1, mode=SPARSE, backend=backend)
 
