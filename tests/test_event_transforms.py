@@ -584,7 +584,7 @@ def test_cuda_kernels_compile():
     assert set(mod.functions) == {"event_sparse", "event_dense"}
     assert mod.functions["event_sparse"].endswith("stream")
     for source, entries in (("event_indexed_cuda.cu", {"event_sparse_indexed"}), ("csr_slice_cuda.cu", {"csr_slice_rows"}),
-                            ("csr_synapse_cuda.cu", {"csr_dt2t_rows", "csr_row_col_product"})):
+                            ("csr_synapse_cuda.cu", {"csr_dt2t_rows", "csr_row_col_product", "csr_slot_rows"})):
         mod = xlakern.load_cuda_file(KERNEL_DIR / source, name="xlakern_check_" + source[:-3], compute_capability="9.0")
         assert set(mod.functions) == entries and all(mod.functions[e].endswith("stream") for e in entries)
 
