@@ -136,13 +136,17 @@ def apply_on(name: str, on_rows: bool, rule: Rule, edge_state, indices, indptr, 
     if on_rows:
         fired = _active(name, labels[2], spike, n_rows)
         rows, inside = slot_rows(indices, indptr, n_rows, -1)
-        active = _take(fired, rows) & inside & cols_ok
+        at = rows
     else:
         fired = _active(name, labels[3], spike, n_cols)
         slot = jnp.arange(nse, dtype=indptr.dtype if nse < 2**31 - 1 else jnp.int64)
         # a slot inside a row lies in [indptr[0], indptr[-1]) (for a rising indptr: the policy's case)
         inside = (slot >= jnp.clip(indptr[0], 0, nse)) & (slot < jnp.clip(indptr[-1], 0, nse))
-        active = _take(fired, cols) & inside & cols_ok
+        at = cols
+    # A synapse never updated reads a False placed after the neurons: one gather decides, and the
+    # structure's part (which XLA hoists out of a loop) is one index array, not index and masks.
+    at = jnp.where(inside & cols_ok, at, fired.shape[0])
+    active = _take(jnp.concatenate([fired, jnp.zeros((1,), bool)]), at)
     row_e = None
     if row_vals is not None:  # the rows are found only where a rule needs them
         if rows is None:
