@@ -7,7 +7,8 @@ the weights gathered first, ``data[perm]``, for comparison), ``csrmv_dt2t`` (one
 ``csr_slice_rows`` of 256 rows, and the gradient of a ``binary_csrmv`` scatter in its weights (the
 training step's weight gradient), also for a fixed-count ``binary_fcnmv``; ``csr_apply_on_pre`` /
 ``csr_apply_on_post`` with a weight-dependent STDP rule on (weight, eligibility) state, 1% of neurons
-active. The check column compares xlakern's result with BrainEvent's.
+active (in the loop, the spikes and the neurons' values change each step). The check column compares
+xlakern's result with BrainEvent's.
 
     python bench/bench_be_api.py [--sizes 40000 400000] [--runs 20] [--json out.json]
 """
@@ -85,20 +86,24 @@ def calls(lib, n, arrays):
         def rule_step(d, e, i, p, s, v, apply=apply):
             new = apply(stdp_rule, {"w": d, "elig": e}, i, p, s, pre_vals=v, post_vals=v, params=0.9, shape=shape)
             return new["w"] + new["elig"]
-        fns[col] = (rule_step, (data, y[idx], idx, ptr, spikes, y), 4)
+        # the spikes and the neurons' values (traces) change every step, as in a simulation; with the
+        # values fixed, XLA computed the whole rule once, outside the loop, and a step was one select
+        fns[col] = (rule_step, (data, y[idx], idx, ptr, spikes, y), (4, 5))
     if lib is xlakern:
         fns[COLUMNS[1]] = (lambda d, i, p, q, s: xlakern.binary_csrmv(d[q], i, p, s, shape=shape, transpose=True),
                            (data, idx, ptr, perm, spikes), 4)
     return fns
 
 
-def in_a_loop(fn, args, vary: int, steps: int):
-    """``fn`` called ``steps`` times in one jitted fori_loop. Each step's ``args[vary]`` waits on the
-    previous step (a compare that holds for any finite carry, so the values are unchanged) and the
-    carry sums the step's output, so XLA can neither hoist the call nor compute part of it."""
+def in_a_loop(fn, args, vary, steps: int):
+    """``fn`` called ``steps`` times in one jitted fori_loop. Each step's ``args[vary]`` (an index, or a
+    tuple of them) waits on the previous step (a compare that holds for any finite carry, so the values
+    are unchanged) and the carry sums the step's output, so XLA can neither hoist the call nor compute
+    the part of it that depends on those arguments outside the loop."""
     def body(a, _, carry):
         a = list(a)
-        a[vary] = jnp.where(carry == carry, a[vary], jnp.zeros_like(a[vary]))
+        for k in vary if isinstance(vary, tuple) else (vary,):
+            a[k] = jnp.where(carry == carry, a[k], jnp.zeros_like(a[k]))
         return carry + jnp.sum(fn(*a).astype(jnp.float32))
     return jax.jit(lambda *a: jax.lax.fori_loop(0, steps, functools.partial(body, a), jnp.float32(0)))
 
