@@ -248,3 +248,32 @@ def test_shared_weight_needs_an_explicit_state(rng, on_cpu):
         W.apply_on_pre(rule, s, params=0.5)
     got = W.apply_on_pre(rule, s, edge_state=jnp.asarray(state["w"], jnp.float32), params=0.5)
     np.testing.assert_allclose(np.asarray(got), state["w"] + 0.5 * s[rows], rtol=1e-6, atol=1e-6)
+
+
+def test_spike_bits_read_what_the_gather_reads(rng):
+    """The CUDA path's bit test (a word per 32 neurons) against the plain gather: sizes on and off a
+    multiple of 32, one neuron, int32 and int64 positions, every neuron read."""
+    from xlakern.event import _plasticity_rules as R
+
+    with x64():
+        for n in (1, 31, 32, 33, 1000):
+            fired = jnp.asarray(rng.random(n) < 0.3)
+            for dtype in (jnp.int32, jnp.int64):
+                at = jnp.asarray(np.concatenate([np.arange(n), rng.integers(0, n, 500)]), dtype)
+                np.testing.assert_array_equal(R._fired_in_bits(fired, at), np.asarray(fired)[np.asarray(at)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("on_pre", [True, False])
+def test_rules_on_the_gpu(rng, on_pre):
+    """The tests above with the GPU as the default device (the spikes are read from bits there)."""
+    with jax.default_device(jax.devices("gpu")[0]):
+        assert jnp.zeros(1).devices() == {jax.devices("gpu")[0]}
+        test_rule_matches_numpy_loop(rng, None, on_pre)
+        test_nan_values_of_silent_neurons_do_not_leak(rng, None, on_pre)
+        test_out_of_range_and_rowless_synapses_are_never_updated(rng, None, on_pre)
+        test_layout_methods_on_csr_and_csc(rng, None, on_pre)
+        if on_pre:
+            test_bool_spikes_silent_and_all_active(rng, None)
+            test_gradients_through_params_state_and_neuron_values(rng, None)
+            test_vmap_and_scan(rng, None)

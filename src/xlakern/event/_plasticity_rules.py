@@ -64,6 +64,22 @@ def _take(v, at):
     return jnp.asarray(v).at[at].get(mode="promise_in_bounds")
 
 
+def _fired_in_bits(fired, at):
+    """``fired[at]`` read from a word of bits per 32 neurons: 32x fewer bytes for the random reads of a
+    GPU's caches (H200, 400k x 80 synapses, bench_be_api's loop: csr_apply_on_post 587 -> 406 µs a step,
+    _on_pre 470 -> 393). XLA's CPU code for it was 5x slower than the plain gather."""
+    pad = (-fired.shape[0]) % 32
+    bits = jnp.pad(fired, (0, pad)).reshape(-1, 32).astype(jnp.uint32) << jnp.arange(32, dtype=jnp.uint32)
+    words = bits.sum(axis=1, dtype=jnp.uint32)  # distinct bits: the sum is their OR
+    word = words.at[at >> 5].get(mode="promise_in_bounds")
+    return ((word >> (at & 31).astype(jnp.uint32)) & 1) != 0
+
+
+def _fired_at(fired, at):
+    """``fired[at]`` (bool, ``at`` inside ``fired``): from bits on CUDA GPUs, a plain gather elsewhere."""
+    return jax.lax.platform_dependent(fired, at, cuda=_fired_in_bits, default=_take)
+
+
 def _gather(tree, at):
     return jax.tree_util.tree_map(lambda v: v[at] if _units.is_quantity(v) else _take(v, at), tree,
                                   is_leaf=_units.is_quantity)
@@ -146,7 +162,7 @@ def apply_on(name: str, on_rows: bool, rule: Rule, edge_state, indices, indptr, 
     # A synapse never updated reads a False placed after the neurons: one gather decides, and the
     # structure's part (which XLA hoists out of a loop) is one index array, not index and masks.
     at = jnp.where(inside & cols_ok, at, fired.shape[0])
-    active = _take(jnp.concatenate([fired, jnp.zeros((1,), bool)]), at)
+    active = _fired_at(jnp.concatenate([fired, jnp.zeros((1,), bool)]), at)
     row_e = None
     if row_vals is not None:  # the rows are found only where a rule needs them
         if rows is None:
