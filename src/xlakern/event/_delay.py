@@ -28,7 +28,7 @@ from .. import XLACustomKernel
 from . import _units
 from ._errors import EventArgumentError, EventDTypeError, EventShapeError, EventTracedError, EventUnitError
 from ._events import EventRepresentation
-from ._kernels import kernel_module, SDS, synapse_rows
+from ._kernels import kernel_module, SDS, slot_rows, synapse_rows
 from ._ops import _index, _shape2, _weights
 
 __all__ = ["csr_delay_deliver", "CSRDelayLayout", "csr_delay_deliver_layout", "csr_delay_deliver_p"]
@@ -37,11 +37,12 @@ cpu_module = kernel_module("delay_cpu.cc")
 cuda_module = kernel_module("delay_cuda.cu")
 
 
-def _synapses(ring, events, indices, indptr, delays, t):
+def _synapses(ring, events, indices, indptr, delays, t, rows_of=synapse_rows):
     """Every synapse's row, arrival slot and clamped column, and whether it delivers at all (inside a row,
-    column in range); the kernels' rules (delay_common.h)."""
+    column in range); the kernels' rules (delay_common.h). ``rows_of``: the jnp rows (the reference) or
+    :func:`slot_rows` (the forward-mode rules, which run in every gradient)."""
     nslots, ncols = ring.shape
-    rows, inside = synapse_rows(indices, indptr, events.shape[0], -1)
+    rows, inside = rows_of(indices, indptr, events.shape[0], -1)
     valid = inside & (indices >= 0) & (indices < ncols)
     slot = (jnp.remainder(t[0], nslots) + jnp.remainder(delays, nslots)) % nslots
     return rows, valid, slot, jnp.clip(indices, 0, ncols - 1)
@@ -52,12 +53,12 @@ def _factor(events, dtype, weighted):
     return events.astype(dtype) if weighted else (events != 0).astype(dtype)
 
 
-def _delivered(ring, events, indices, indptr, delays, t, per_synapse):
+def _delivered(ring, events, indices, indptr, delays, t, per_synapse, rows_of=synapse_rows):
     """Zeros shaped like the ring plus ``per_synapse(rows)`` added at each valid synapse's slot and
     column (rows: each synapse's presynaptic row)."""
     if indices.shape[0] == 0 or ring.size == 0:
         return jnp.zeros(ring.shape, ring.dtype)
-    rows, valid, slot, cols = _synapses(ring, events, indices, indptr, delays, t)
+    rows, valid, slot, cols = _synapses(ring, events, indices, indptr, delays, t, rows_of)
     return jnp.zeros(ring.shape, ring.dtype).at[slot, cols].add(jnp.where(valid, per_synapse(rows), 0))
 
 
@@ -81,14 +82,19 @@ def _jvp_ring(t_ring, ring, *rest, outs, backend, weighted):
     return [t_ring]
 
 
+def _rows_for(backend):
+    return synapse_rows if backend == "jnp" else slot_rows
+
+
 def _jvp_data(t_data, ring, events, data, indices, indptr, delays, t, *, outs, backend, weighted):
     return [_delivered(ring, events, indices, indptr, delays, t,
-                       _weights_times_events(t_data, events, weighted, indices.shape[0]))]
+                       _weights_times_events(t_data, events, weighted, indices.shape[0]), _rows_for(backend))]
 
 
 def _jvp_events(t_events, ring, events, data, indices, indptr, delays, t, *, outs, backend, weighted):
     w = jnp.broadcast_to(data.reshape(-1), (indices.shape[0],))
-    return [_delivered(ring, events, indices, indptr, delays, t, lambda rows: w * t_events.astype(w.dtype)[rows])]
+    return [_delivered(ring, events, indices, indptr, delays, t, lambda rows: w * t_events.astype(w.dtype)[rows],
+                       _rows_for(backend))]
 
 
 def _register():

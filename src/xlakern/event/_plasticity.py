@@ -46,9 +46,11 @@ cpu_module = kernel_module("plasticity_cpu.cc")
 cuda_module = kernel_module("plasticity_cuda.cu")
 
 
-def _touched(weight, indices, indptr, perm, spikes, trace, *, ncols, nconn, mode, row_stride, col_stride, permuted):
+def _touched(weight, indices, indptr, perm, spikes, trace, *, ncols, nconn, mode, row_stride, col_stride, permuted,
+             rows_of=synapse_rows):
     """(pos, cols, valid): each synapse's flat weight position and trace index, and whether the
-    update touches it (its neuron spiked and its indices are in range)."""
+    update touches it (its neuron spiked and its indices are in range). ``rows_of``: the jnp rows (the
+    reference) or :func:`slot_rows` (the forward-mode rules, which run in every gradient)."""
     nse = weight.size
     nrows = spikes.shape[0]
     active = spikes != 0
@@ -57,7 +59,7 @@ def _touched(weight, indices, indptr, perm, spikes, trace, *, ncols, nconn, mode
         cols = jnp.tile(jnp.arange(ncols), nrows)
         valid = jnp.repeat(active, ncols)
     else:
-        rows, inside = synapse_rows(indices, indptr, nrows, nconn)
+        rows, inside = rows_of(indices, indptr, nrows, nconn)
         cols = indices.reshape(-1)
         pos = perm.reshape(-1) if permuted else jnp.arange(nse)
         valid = inside & (cols >= 0) & (cols < ncols) & (pos >= 0) & (pos < nse) & active[rows]
@@ -79,14 +81,15 @@ def reference_update(weight, indices, indptr, perm, spikes, trace, bounds, **sta
 # Forward-mode rules (linear in the tangent, so JAX transposes them for reverse mode): a touched
 # synapse strictly inside [w_min, w_max] follows its weight and its trace; a clipped one follows
 # the bound it hit; untouched synapses follow their weight.
-def _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static):
-    pos, cols, _ = _touched(weight, indices, indptr, perm, spikes, trace, **static)
+def _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static, backend):
+    rows_of = synapse_rows if backend == "jnp" else slot_rows
+    pos, cols, _ = _touched(weight, indices, indptr, perm, spikes, trace, rows_of=rows_of, **static)
     new = _unclipped(weight, trace, pos, cols)
     return pos, cols, new < bounds[0], new > bounds[1]
 
 
 def _jvp_weight(t, weight, indices, indptr, perm, spikes, trace, bounds, *, outs, backend, **static):
-    pos, _, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static)
+    pos, _, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static, backend)
     keep = jnp.ones((weight.size,), t.dtype).at[jnp.where(below | above, pos, weight.size)].set(0, mode="drop")
     return [t * keep.reshape(t.shape)]
 
@@ -97,12 +100,12 @@ def _scatter_tangent(per_synapse, pos, weight):
 
 
 def _jvp_trace(t, weight, indices, indptr, perm, spikes, trace, bounds, *, outs, backend, **static):
-    pos, cols, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static)
+    pos, cols, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static, backend)
     return _scatter_tangent(jnp.where(below | above, 0, t[cols]), pos, weight)
 
 
 def _jvp_bounds(t, weight, indices, indptr, perm, spikes, trace, bounds, *, outs, backend, **static):
-    pos, _, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static)
+    pos, _, below, above = _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static, backend)
     return _scatter_tangent(jnp.where(below, t[0], 0) + jnp.where(above, t[1], 0), pos, weight)
 
 
