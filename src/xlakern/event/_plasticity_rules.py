@@ -8,8 +8,8 @@ neuron is active, a non-zero spike (NaN is active), and keeps its state otherwis
 anything jnp can write (eligibility traces, weight-dependent STDP, reward modulation), so it runs as
 one fused jnp pass over the synapses rather than as a kernel: the cost is the synapse count, not the
 spike count. Only each synapse's row comes from a kernel (``csr_slot_rows``; XLA's scan for it was
-most of a CPU step). For the additive trace rule, ``update_csr_on_binary_pre/post`` touch only the synapses of
-active neurons.
+most of a CPU step). For the additive trace rule, ``update_csr_on_binary_pre/post`` touch only the
+synapses of active neurons.
 
 Policy: a synapse whose column index is out of range, or that lies outside every row of ``indptr``,
 is never updated (the event operators drop such synapses too). Leaves keep their dtype and unit: a
