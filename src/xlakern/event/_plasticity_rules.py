@@ -12,7 +12,9 @@ most of a CPU step). For the additive trace rule, ``update_csr_on_binary_pre/pos
 synapses of active neurons.
 
 Policy: a synapse whose column index is out of range, or that lies outside every row of ``indptr``,
-is never updated (the event operators drop such synapses too). Leaves keep their dtype and unit: a
+is never updated (the event operators drop such synapses too). ``indptr`` is taken to be
+non-decreasing; for one that is not, which synapse counts as in which row may differ between the CPU
+and a GPU, but nothing is read or written outside the arrays. Leaves keep their dtype and unit: a
 rule's result with a unit is converted to its leaf's unit. Gradients flow through the rule, the state,
 the neuron values and ``params`` (inactive synapses pass a zero cotangent into the rule, as with any
 ``jnp.where``).
