@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any
 
@@ -319,23 +320,18 @@ class DataRepresentation:
     # -------------------------------------------------------------- dense views
     def _stored_structure(self):
         """(indices, indptr) of the stored matrix as compressed rows (a fixed-count layout's rows
-        are K apart)."""
-        idx = self.indices.reshape(-1)
-        if not self._fixed:
-            return idx, self.indptr
-        rows, k = self.indices.shape
-        return idx, jnp.arange(rows + 1, dtype=idx.dtype) * k
-
-    def _stored_structure_as_given(self):
-        """:meth:`_stored_structure`, computed now (not staged into a trace) when the layout's arrays are
-        concrete, so that a structure a jitted function closes over stays concrete (see
+        are K apart). Computed now, not staged into a trace, when the layout's arrays are concrete, so
+        that a structure a jitted function closes over stays concrete (see
         ``_plasticity.csc_to_csr_view``)."""
         from ._plasticity import traced_structure
 
-        if traced_structure(self.indices, None if self._fixed else self.indptr):
-            return self._stored_structure()
-        with jax.ensure_compile_time_eval():
-            return self._stored_structure()
+        traced = traced_structure(self.indices, None if self._fixed else self.indptr)
+        with contextlib.nullcontext() if traced else jax.ensure_compile_time_eval():
+            idx = self.indices.reshape(-1)
+            if not self._fixed:
+                return idx, self.indptr
+            rows, k = self.indices.shape
+            return idx, jnp.arange(rows + 1, dtype=idx.dtype) * k
 
     def _stored_entries(self):
         """(row, col, inside) of every stored synapse in storage order, in the stored matrix;
@@ -710,7 +706,7 @@ class DataRepresentation:
         kw = dict(shape=self.shape, backend=self.backend)
         pre_spike = _raw(pre_spike)
         if self._flipped:  # stored by postsynaptic neuron: the CSC update regroups by presynaptic one
-            idx, indptr = self._stored_structure_as_given()
+            idx, indptr = self._stored_structure()
             new = P.update_csc_on_binary_pre(flat, idx, indptr, pre_spike, post_trace, w_min, w_max, **kw)
         elif self._fixed:
             new = P.update_fixed_post_conn_on_binary_pre(self.data, self.indices, pre_spike, post_trace, w_min,
@@ -734,7 +730,7 @@ class DataRepresentation:
         kw = dict(shape=self.shape, backend=self.backend)
         post_spike = _raw(post_spike)
         if not self._flipped:  # stored by presynaptic neuron: walk a view grouped by postsynaptic one
-            idx, indptr = self._stored_structure_as_given()
+            idx, indptr = self._stored_structure()
             if P.traced_structure(idx, indptr):  # the view would sort every synapse each call: one pass instead
                 new = P.update_on_index_spikes(f"{type(self).__name__}.update_on_post", flat, idx, indptr,
                                                pre_trace, post_spike, w_min, w_max, nrows=self.shape[0],

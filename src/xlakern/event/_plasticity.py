@@ -135,22 +135,25 @@ def _register():
 plasticity_update_p = _register()
 
 
-def update_at_index(weight, indices, indptr, spikes, trace, bounds, backend=None):
+def _clipped_sum(w, row_trace, _, bounds):
+    """The kernels' rule for one synapse: a bound is followed only where it is crossed (derivatives too)."""
+    new = w + row_trace
+    return jnp.where(new < bounds[0], bounds[0], jnp.where(new > bounds[1], bounds[1], new))
+
+
+def update_at_index(name, weight, indices, indptr, spikes, trace, bounds, backend=None):
     """The rule on the synapses whose index neuron spiked, ``spikes[indices[p]]``, with the trace read at
-    each synapse's row: one jnp pass over every synapse. What a traced structure gets instead of a view
-    regrouped by the index neuron (a sort of every synapse each call). Same synapses, clipping and
-    derivatives as the kernels' rule (a bound followed only where it is crossed)."""
-    nrows, ncols, nse = trace.shape[0], spikes.shape[0], indices.size
-    if nrows == 0 or ncols == 0 or nse == 0:
+    each synapse's row: one jnp pass over every synapse (``csr_apply_on_post``'s, with the kernels'
+    rule). What a traced structure gets instead of a view regrouped by the index neuron (a sort of every
+    synapse each call)."""
+    nrows, ncols = trace.shape[0], spikes.shape[0]
+    if nrows == 0 or ncols == 0 or indices.size == 0:
         return weight
-    rows, inside = slot_rows(indices, indptr, nrows, backend=backend)
-    cols = indices.reshape(-1)
-    hit = inside & (cols >= 0) & (cols < ncols) & (spikes.at[jnp.clip(cols, 0, ncols - 1)].get(
-        mode="promise_in_bounds") != 0)
-    flat = weight.reshape(-1)
-    new = flat + trace.at[rows].get(mode="promise_in_bounds")
-    new = jnp.where(new < bounds[0], bounds[0], jnp.where(new > bounds[1], bounds[1], new))
-    return jnp.where(hit, new, flat).reshape(weight.shape)
+    from ._plasticity_rules import apply_on
+
+    new = apply_on(name, False, _clipped_sum, weight.reshape(-1), indices.reshape(-1), indptr, spikes, trace, None,
+                   bounds, (nrows, ncols), backend=backend)
+    return new.reshape(weight.shape)
 
 
 # ----------------------------------------------------------------------------- argument handling
@@ -210,8 +213,8 @@ def _update(name, weight, indices, indptr, perm, spikes, trace, w_min, w_max, *,
         indices = indptr = perm = jnp.zeros((1,), jnp.int32)
         permuted = False
     if at_index:
-        res = update_at_index(weight.astype(dtype), indices, indptr.astype(indices.dtype), spikes, trace, bounds,
-                              backend=backend)
+        res = update_at_index(name, weight.astype(dtype), indices, indptr.astype(indices.dtype), spikes, trace,
+                              bounds, backend=backend)
         return _units.attach(res.astype(out_dtype), unit)
     res = plasticity_update_p(weight.astype(dtype), indices, indptr, perm.astype(indices.dtype), spikes, trace,
                               bounds, outs=[SDS(weight.shape, dtype)], backend=backend, ncols=int(ncols),

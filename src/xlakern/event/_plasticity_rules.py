@@ -143,17 +143,18 @@ def _structure(name, edge_state, indices, indptr, row_vals, col_vals, shape, lab
 
 
 def apply_on(name: str, on_rows: bool, rule: Rule, edge_state, indices, indptr, spike, row_vals, col_vals, params,
-             shape, labels=("pre_vals", "post_vals", "pre_spike", "post_spike")):
+             shape, labels=("pre_vals", "post_vals", "pre_spike", "post_spike"), backend=None):
     """The rule on the synapses of active rows (``on_rows``) or columns of a CSR structure of ``shape``;
     ``rule(edge, row_val, col_val, params)``. ``labels`` name the row values, the column values and the
-    row and column spikes in error messages (a CSC's methods call this with its stored structure)."""
+    row and column spikes in error messages (a CSC's methods call this with its stored structure);
+    ``backend`` is the rows kernel's (``"jnp"``: the count and scan)."""
     n_rows, n_cols, indices, indptr, cols, cols_ok = _structure(name, edge_state, indices, indptr, row_vals,
                                                                 col_vals, shape, labels)
     nse = indices.shape[0]
     rows = None
     if on_rows:
         fired = _active(name, labels[2], spike, n_rows)
-        rows, inside = slot_rows(indices, indptr, n_rows, -1)
+        rows, inside = slot_rows(indices, indptr, n_rows, -1, backend=backend)
         at = rows
     else:
         fired = _active(name, labels[3], spike, n_cols)
@@ -168,7 +169,7 @@ def apply_on(name: str, on_rows: bool, rule: Rule, edge_state, indices, indptr, 
     row_e = None
     if row_vals is not None:  # the rows are found only where a rule needs them
         if rows is None:
-            rows, _ = slot_rows(indices, indptr, n_rows, -1)
+            rows, _ = slot_rows(indices, indptr, n_rows, -1, backend=backend)
         row_e = _gather(row_vals, rows)
     return _apply(name, rule, edge_state, active, row_e, _gather(col_vals, cols), params)
 
