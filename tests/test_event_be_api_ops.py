@@ -151,6 +151,8 @@ def _slot_rows_cases(rng):
     ptr = 7 + np.concatenate([[0], np.cumsum(lens)])
     yield ptr, int(ptr[-1]) + 9
     yield np.concatenate([[0], np.cumsum(rng.integers(1, 5, 40))]), None  # nse = ptr[-1]
+    # rows of 6-11 slots: a GPU warp's 256 slots cross about 32 row starts, some windows more, some fewer
+    yield np.concatenate([[0], np.cumsum(rng.integers(6, 12, 5000))]), None
     yield np.array([3]), 10  # no rows: every slot lies before the first one
     yield np.array([0, 0, 0]), 0
     yield np.array([-4, 0, 1]), 1
