@@ -28,7 +28,7 @@ from .. import XLACustomKernel
 from . import _units
 from ._errors import EventArgumentError, EventDTypeError, EventShapeError, EventTracedError, EventUnitError
 from ._events import EventRepresentation
-from ._kernels import kernel_module, SDS, slot_rows, synapse_rows
+from ._kernels import kernel_module, rows_for, SDS, synapse_rows
 from ._ops import _index, _shape2, _weights
 
 __all__ = ["csr_delay_deliver", "CSRDelayLayout", "csr_delay_deliver_layout", "csr_delay_deliver_p"]
@@ -82,19 +82,15 @@ def _jvp_ring(t_ring, ring, *rest, outs, backend, weighted):
     return [t_ring]
 
 
-def _rows_for(backend):
-    return synapse_rows if backend == "jnp" else slot_rows
-
-
 def _jvp_data(t_data, ring, events, data, indices, indptr, delays, t, *, outs, backend, weighted):
     return [_delivered(ring, events, indices, indptr, delays, t,
-                       _weights_times_events(t_data, events, weighted, indices.shape[0]), _rows_for(backend))]
+                       _weights_times_events(t_data, events, weighted, indices.shape[0]), rows_for(backend))]
 
 
 def _jvp_events(t_events, ring, events, data, indices, indptr, delays, t, *, outs, backend, weighted):
     w = jnp.broadcast_to(data.reshape(-1), (indices.shape[0],))
     return [_delivered(ring, events, indices, indptr, delays, t, lambda rows: w * t_events.astype(w.dtype)[rows],
-                       _rows_for(backend))]
+                       rows_for(backend))]
 
 
 def _register():

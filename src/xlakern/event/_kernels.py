@@ -136,6 +136,12 @@ def slot_rows(indices, indptr, nrows: int, nconn: int = -1, backend=None):
     return jnp.clip(rows, 0, max(nrows - 1, 0)), inside
 
 
+def rows_for(backend):
+    """The row finder of a rule run under ``backend``: the jnp count (:func:`synapse_rows`) for the jnp
+    reference, so it stays independent of the kernels; the kernel (:func:`slot_rows`) otherwise."""
+    return synapse_rows if backend == "jnp" else slot_rows
+
+
 def _coo(data, indices, indptr, shape, nconn):
     nrows, ncols = shape
     cols = indices.reshape(-1)

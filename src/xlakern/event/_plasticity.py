@@ -31,7 +31,7 @@ import numpy as np
 from .. import XLACustomKernel
 from . import _units
 from ._errors import EventDTypeError, EventShapeError
-from ._kernels import kernel_module, SDS, slot_rows, synapse_rows
+from ._kernels import kernel_module, rows_for, SDS, slot_rows, synapse_rows
 from ._ops import _index, _shape2
 
 __all__ = [
@@ -82,8 +82,7 @@ def reference_update(weight, indices, indptr, perm, spikes, trace, bounds, **sta
 # synapse strictly inside [w_min, w_max] follows its weight and its trace; a clipped one follows
 # the bound it hit; untouched synapses follow their weight.
 def _jvp_parts(weight, indices, indptr, perm, spikes, trace, bounds, static, backend):
-    rows_of = synapse_rows if backend == "jnp" else slot_rows
-    pos, cols, _ = _touched(weight, indices, indptr, perm, spikes, trace, rows_of=rows_of, **static)
+    pos, cols, _ = _touched(weight, indices, indptr, perm, spikes, trace, rows_of=rows_for(backend), **static)
     new = _unclipped(weight, trace, pos, cols)
     return pos, cols, new < bounds[0], new > bounds[1]
 
