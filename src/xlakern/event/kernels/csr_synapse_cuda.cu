@@ -19,39 +19,60 @@ using namespace xk_event;
 constexpr int kSlotsPerLane = 8;
 constexpr int64_t kSlotsPerWarp = 32 * kSlotsPerLane;
 
+// Adds to each of this lane's slots (base + 32 k + lane) the number of row starts among the marked
+// lanes' that lie at or before it; `offset` is a lane's start minus base, in (0, 256) where marked.
+__device__ __forceinline__ void count_starts(unsigned marked, int offset, int lane, int64_t (&rows)[kSlotsPerLane]) {
+  for (unsigned m = marked; m != 0; m &= m - 1) {
+    const int b = __shfl_sync(0xffffffffu, offset, __ffs(m) - 1);
+#pragma unroll
+    for (int k = 0; k < kSlotsPerLane; ++k) rows[k] += k * 32 + lane >= b;
+  }
+}
+
 // The rows of this lane's slots base + 32 k + lane (k < kSlotsPerLane), the whole warp calling.
-// The warp finds the row r0 of its first slot, then each lane loads the start of row r0 + 1 + lane:
-// one load in flight a lane. A slot's row is r0 plus the number of those starts at or before it, counted
-// over the starts inside the warp's 256 slots (a few, for rows of tens of synapses) through shuffles.
-// Stepping each lane from row to row instead chained 8 dependent loads (H100, 40k rows of 80 in a loop:
-// the dt2t kernel was 10 µs a call slower than a warp a row). When all 32 loaded starts fall inside
-// the window (rows shorter than 8 slots), the lanes step as before. For a non-decreasing indptr both
-// give find_row's answer; for a malformed one, some row in [-1, rows].
+// Each lane loads the start of one of 32 rows around find_row's first guess (the row of slot base were
+// all rows one length): one load in flight a lane, no chain. A slot's row is then the last of those
+// rows whose start is at or before it: the rows starting at or before base are counted by a ballot,
+// the few starting inside the warp's 256 slots through shuffles. Stepping each lane from row to row
+// chained a search and 8 dependent loads (H100, rows of 80 in a loop: the dt2t kernel was slower
+// than a warp a row at 40k rows, 10% slower at 400k). Where the 32 rows do not cover the window (the
+// guess is off, or rows are shorter than 8 slots) the warp searches from slot base and loads the next
+// 32 starts, else steps as before. For a non-decreasing indptr every way gives find_row's answer;
+// for a malformed one, some row in [-1, rows].
 template <typename I>
 __device__ __forceinline__ void lane_rows(const I* __restrict__ indptr, int64_t nrows, int64_t nse, int64_t base,
                                           int lane, int64_t (&rows)[kSlotsPerLane]) {
+  const int64_t end = base + kSlotsPerWarp;
+  int64_t g = nse > 0 ? int64_t(double(base) / double(nse) * double(nrows)) : 0;
+  g = g < 0 ? 0 : (g > nrows ? nrows : g);
+  // row -1 starts before every slot, rows past the last after every one
+  const int64_t r = g - 1 + lane;
+  const int64_t s = r < 0 ? INT64_MIN : (r > nrows ? INT64_MAX : clamped_start(indptr, r, nse));
+  const unsigned before = __ballot_sync(0xffffffffu, s <= base), inside = __ballot_sync(0xffffffffu, s < end);
+  if ((before & 1u) && !(inside >> 31)) {
+    // the last lane starting at or before base holds the row of slot base; later rows in the window add
+#pragma unroll
+    for (int k = 0; k < kSlotsPerLane; ++k) rows[k] = g - 2 + __popc(before);
+    count_starts(inside & ~before, s > base && s < end ? int(s - base) : 0, lane, rows);
+    return;
+  }
   const int64_t r0 = find_row(indptr, nrows, nse, base);
   const int64_t next = r0 + 1 + lane;  // >= 0: r0 >= -1
   const int64_t start = next <= nrows ? clamped_start(indptr, next, nse) : INT64_MAX;
-  const unsigned inside = __ballot_sync(0xffffffffu, start < base + kSlotsPerWarp);
-  if (inside != 0xffffffffu) {
+  const unsigned ahead = __ballot_sync(0xffffffffu, start < end);
+  if (ahead != 0xffffffffu) {
     // rows past r0 + 32 start after the window (were the indptr non-decreasing), so none is counted
-    const int offset = start <= base ? 0 : int(start - base);  // in [0, 256) where counted
 #pragma unroll
     for (int k = 0; k < kSlotsPerLane; ++k) rows[k] = r0;
-    for (unsigned m = inside; m != 0; m &= m - 1) {
-      const int b = __shfl_sync(0xffffffffu, offset, __ffs(m) - 1);
-#pragma unroll
-      for (int k = 0; k < kSlotsPerLane; ++k) rows[k] += k * 32 + lane >= b;
-    }
+    count_starts(ahead, start <= base ? 0 : int(start - base), lane, rows);
     return;
   }
-  int64_t r = r0;
+  int64_t row = r0;
 #pragma unroll
   for (int k = 0; k < kSlotsPerLane; ++k) {
     const int64_t p = base + k * 32 + lane;
-    if (p < nse) r = next_row(indptr, nrows, nse, r, p);
-    rows[k] = r;
+    if (p < nse) row = next_row(indptr, nrows, nse, row, p);
+    rows[k] = row;
   }
 }
 
