@@ -153,6 +153,12 @@ def _slot_rows_cases(rng):
     yield np.concatenate([[0], np.cumsum(rng.integers(1, 5, 40))]), None  # nse = ptr[-1]
     # rows of 6-11 slots: a GPU warp's 256 slots cross about 32 row starts, some windows more, some fewer
     yield np.concatenate([[0], np.cumsum(rng.integers(6, 12, 5000))]), None
+    # rows of one length (the GPU's first guess of a warp's row is right, or one off after the offset
+    # of 3 slots before the first row), then lengths around 80 with every 50th row empty
+    yield 3 + np.arange(0, 80 * 4000 + 1, 80), None
+    lens = rng.integers(70, 91, 4000)
+    lens[::50] = 0
+    yield np.concatenate([[0], np.cumsum(lens)]), None
     yield np.array([3]), 10  # no rows: every slot lies before the first one
     yield np.array([0, 0, 0]), 0
     yield np.array([-4, 0, 1]), 1
