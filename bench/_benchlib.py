@@ -159,15 +159,21 @@ class Table:
 
 def time_fn(fn: Callable[..., Any], args: tuple, runs: int, budget: float | None = None,
             warmup: int = 3) -> tuple[float, list[float], Any]:
-    """Median, samples and last output of `runs` timed calls after `warmup`; a `budget` (s) may stop it early."""
+    """Median, samples and last output of `runs` timed calls after `warmup`; a `budget` (s) may stop it early.
+
+    Each call's output is released before the next call starts, as a simulation loop that donates
+    its state does. Holding it instead moves the next output to another address, and XLA then
+    updates every node of a recorded CUDA graph on each call (``bench_graph_update.py``)."""
     # With a budget, timing stops once past `budget` seconds and at least min(runs, MIN_SAMPLES)
     # samples are in; without one, all `runs` calls are timed.
     out = None
     for _ in range(warmup):
+        out = None
         out = jax.block_until_ready(fn(*args))
     samples: list[float] = []
     t_end = None if budget is None else time.perf_counter() + budget
     while len(samples) < runs:
+        out = None
         t = time.perf_counter()
         out = jax.block_until_ready(fn(*args))
         samples.append(time.perf_counter() - t)
