@@ -200,5 +200,7 @@ print("OK")
 def test_chunked_graph_loops_with_moving_and_donated_state():
     # A long simulation runs as chunks, state = run(state). The recorded graph is replayed with its
     # buffers moved (chained, held) or in place (donated): every chunk must match NumPy in float64.
+    # The loop's bounds come from the state, so XLA keeps it as a graph with a device-side condition;
+    # the unrolled graph replayed with moved buffers is what bench_event's checked loops run.
     out = _run(CHUNK_CHILD)
     assert out.strip().splitlines()[-1] == "OK", out
