@@ -75,6 +75,19 @@ def spike_trains(n: int, rate: float, seed: int = 1):
 UNROLL = 1  # set by --unroll
 
 
+def late(c):
+    """False for any carry a run produces, but XLA cannot know that: each step's spikes wait on it, as a
+    network's spikes wait for its state. Without it an unrolled body (--unroll) would keep only its last
+    product live and drop the others as dead code."""
+    return c.reshape(-1)[0] > jnp.float32(3e38)
+
+
+def hashed_step(step_fn: Callable, M: Any, n_in: int, rate: float, batch: int | None = None) -> Callable:
+    """The fori_loop body (t, c) -> product of step t's spikes hashed from the counter (--graph-loops),
+    waiting on the last product."""
+    return lambda t, c: step_fn(hashed_spikes(t + late(c).astype(t.dtype), n_in, rate, batch), M).astype(jnp.float32)
+
+
 def scan_loop(step: tuple[Callable, Any], n_out: int, rate: float | None = None, batch: int | None = None) -> Callable:
     """jit of a 100-step loop whose carry is each step's output. ``step`` is (fn(s, M), M): the
     connectivity M is an argument of the jitted loop, never a constant baked into the program.
@@ -83,18 +96,10 @@ def scan_loop(step: tuple[Callable, Any], n_out: int, rate: float | None = None,
     shape = (n_out,) if batch is None else (n_out, batch)
     step_fn, operand = step
 
-    # Each step's spikes wait for the last step's product, as a network's spikes wait for its state:
-    # `late` is False for any carry a run produces, but XLA cannot know that. Without it an unrolled
-    # body (--unroll) would keep only its last product live and drop the others as dead code.
-    def late(c):
-        return c.reshape(-1)[0] > jnp.float32(3e38)
-
     @jax.jit
     def run(S, M):
         if rate is not None:  # spikes from the counter: the loop can be one CUDA graph
-            n_in = S.shape[1]
-            return jax.lax.fori_loop(0, STEPS, lambda t, c: step_fn(hashed_spikes(t + late(c).astype(t.dtype), n_in,
-                                                                                  rate, batch), M).astype(jnp.float32),
+            return jax.lax.fori_loop(0, STEPS, hashed_step(step_fn, M, S.shape[1], rate, batch),
                                      jnp.zeros(shape, jnp.float32), unroll=UNROLL)
 
         def body(c, s):

@@ -30,7 +30,7 @@ import xlakern
 
 xlakern.config.enable_cuda_graph_loops()  # before _benchlib starts JAX
 
-from _benchlib import (Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, log, machine_info,  # noqa: E402
+from _benchlib import (Table, brainevent, err_cell, finish, fmt_t, log, machine_info,  # noqa: E402
                        print_header, run_sections, warm_gpu)
 
 import jax  # noqa: E402
@@ -44,15 +44,9 @@ STEP_COUNTS = (100, 1000)
 
 
 def looped(step: tuple[Callable, Any], n: int, steps: int, donate: bool) -> Callable:
-    """jit of run(c, M): `steps` steps whose carry starts at c and is each step's product (as bench_event)."""
-    fn, _ = step
-
-    def late(c):  # False for every carry a run makes; XLA cannot know, so each step waits on the last
-        return c.reshape(-1)[0] > jnp.float32(3e38)
-
+    """jit of run(c, M): `steps` steps of bench_event's graph-loop body, the carry starting at c."""
     def run(c, M):
-        return jax.lax.fori_loop(0, steps, lambda t, c: fn(hashed_spikes(t + late(c).astype(t.dtype), n, RATE), M)
-                                 .astype(jnp.float32), c)
+        return jax.lax.fori_loop(0, steps, ev.hashed_step(step[0], M, n, RATE), c)
 
     return jax.jit(run, donate_argnums=(0,) if donate else ())
 
