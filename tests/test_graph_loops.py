@@ -126,6 +126,7 @@ def test_whole_loops_run_as_cuda_graphs():
 
 
 CHUNK_CHILD = r"""
+import os
 import numpy as np
 import xlakern
 xlakern.config.enable_cuda_graph_loops()
@@ -159,19 +160,28 @@ void decay(const xk::Tensor v, const xk::Tensor i, xk::Tensor o, int64_t stream)
 }''')
 sds = jax.ShapeDtypeStruct((N,), jnp.float32)
 
+BOUNDS = os.environ["XK_CHUNK_BOUNDS"]
+
+def step(t, v):
+    s = spikes(t, jnp)
+    current = xlakern.BinaryArray(s) @ W + W @ xlakern.BinaryArray(s)     # scatter and gather
+    return scale.decay(v, current, outs=sds, input_output_aliases={0: 0})
+
 def run(state, W):
-    def step(t, v):
-        s = spikes(t, jnp)
-        current = xlakern.BinaryArray(s) @ W + W @ xlakern.BinaryArray(s)     # scatter and gather
-        return scale.decay(v, current, outs=sds, input_output_aliases={0: 0})
     v, t0 = state
-    return jax.lax.fori_loop(t0, t0 + STEPS, step, v), t0 + STEPS
+    if BOUNDS == "traced":   # bounds from the state: a loop with a device-side condition
+        return jax.lax.fori_loop(t0, t0 + STEPS, step, v), t0 + STEPS
+    # static bounds, the offset carried: a known trip count, which XLA unrolls into one graph
+    return jax.lax.fori_loop(0, STEPS, lambda k, v: step(t0 + k, v), v), t0 + STEPS
 
 def reference(v, t0):
     for t in range(t0, t0 + STEPS):
         s = spikes(t, np).astype(np.float64)
         v = v * 0.9 + s @ dense + dense @ s
     return v
+
+hlo = jax.jit(run).lower((jnp.zeros(N, jnp.float32), jnp.int32(0)), W).compile().as_text()
+assert (f'"known_trip_count":{{"n":"{STEPS}"}}' in hlo) == (BOUNDS == "static"), "not the loop this test is about"
 
 for mode in ("donated", "chained", "held"):
     f = jax.jit(run, donate_argnums=(0,) if mode == "donated" else ())
@@ -197,10 +207,12 @@ print("OK")
 
 
 @pytest.mark.gpu
-def test_chunked_graph_loops_with_moving_and_donated_state():
+@pytest.mark.parametrize("bounds", ["traced", "static"])
+def test_chunked_graph_loops_with_moving_and_donated_state(bounds):
     # A long simulation runs as chunks, state = run(state). The recorded graph is replayed with its
     # buffers moved (chained, held) or in place (donated): every chunk must match NumPy in float64.
-    # The loop's bounds come from the state, so XLA keeps it as a graph with a device-side condition;
-    # the unrolled graph replayed with moved buffers is what bench_event's checked loops run.
-    out = _run(CHUNK_CHILD)
+    # Traced bounds (from the state) keep a graph with a device-side loop condition; static bounds with
+    # the offset carried give a known trip count, and XLA unrolls the loop into one graph, whose every
+    # node it updates when the buffers move (the regime of bench_event's loops). The child checks which.
+    out = _run(CHUNK_CHILD, {"XK_CHUNK_BOUNDS": bounds})
     assert out.strip().splitlines()[-1] == "OK", out
