@@ -121,7 +121,8 @@ def sparse_rows(rng, rows, cols, k_mean, fixed):
 
 
 def _product_case(rng, gpu):
-    """One random event product: (description, call, reference, sum of |terms|, weight dtype)."""
+    """One random event product: (description, (function, args, kwargs), expected as check takes it, weight
+    dtype)."""
     family = pick(rng, ["csr", "csr", "fcn", "dense"])
     binary, mm, transpose = bool(rng.random() < 0.7), bool(rng.random() < 0.4), bool(rng.random() < 0.5)
     wdt = pick(rng, WEIGHT_DTYPES)
