@@ -9,7 +9,7 @@ duplicate and unsorted indices. Each case is checked against float64 NumPy, with
 output's count and sum of absolute terms (so it holds for any order of the adds, atomics included).
 
 A failure lists every failing check with its case's seed, which rebuilds the case
-(``_product_case(np.random.default_rng(seed), gpu)`` for a product).
+(``_product_case(np.random.default_rng(seed), gpu)`` for a product, and so on).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import xlakern
+from _event_cases import OPS
 from conftest import x64
 
 # The error bound of an output of n non-zero terms, summed in any order: n roundings of the accumulator
@@ -87,20 +88,48 @@ def reshaped(expected, shape):
 
 
 def check(out, expected, dtype, what, failures):
-    """out against expected = (float64 reference, sum of |terms|, count of terms), within the bound above."""
+    """out (of dtype) against expected = (float64 reference, sum of |terms|, count of terms), within the
+    bound above; a zero count and sum ask for the reference exactly."""
     ref, absref, count = expected
+    if np.dtype(out.dtype) != np.dtype(dtype):
+        failures.append(f"{what}: dtype {out.dtype}, expected {np.dtype(dtype)}")
     out = np.asarray(jnp.asarray(out).astype(jnp.float64 if dtype == np.float64 else jnp.float32), np.float64)
     if out.shape != ref.shape:
         failures.append(f"{what}: shape {out.shape}, expected {ref.shape}")
         return
     err = np.abs(out - ref)
     dt = np.dtype(dtype)
-    bound = (2 * count * U_ACC[dt] + U_OUT[dt]) * 1.01 * absref + ATOL.get(dt, 1e-300)
+    bound = (2 * count * U_ACC[dt] + U_OUT[dt]) * 1.01 * absref + ATOL.get(dt, 0.0)
     bad = ~(err <= bound)
     if bad.any():
         i = tuple(int(j) for j in np.argwhere(bad)[0])
         failures.append(f"{what}: {int(bad.sum())} of {bad.size} outputs off, e.g. at {i}: "
                         f"{float(out[i])!r} against {float(ref[i])!r} (bound {float(bound[i]):.3g})")
+
+
+def _sweep(case, cases, gpu, failures):
+    """Draws `cases` cases, each from its own seed: case(rng, gpu) -> (description, compute), where
+    compute(backend) returns the checks [(label, result, expected, dtype)]."""
+    backend = "cuda" if gpu else "cpp"
+    for seed in np.random.SeedSequence().generate_state(cases):
+        what, compute = case(np.random.default_rng(int(seed)), gpu)
+        what = f"[seed {seed}] {what}"
+        try:
+            results = compute(backend)
+        except Exception as e:  # noqa: BLE001 (every failure is listed with its case)
+            failures.append(f"{what}: raised {type(e).__name__}: {e}")
+            continue
+        for label, out, expected, dtype in results:
+            check(out, expected, dtype, what + label, failures)
+
+
+def _run(case, cases, gpu):
+    """_sweep with 64-bit dtypes on (int64 indices and float64 weights need them); fails with every
+    failing check listed."""
+    failures: list[str] = []
+    with x64():
+        _sweep(case, cases, gpu, failures)
+    assert not failures, f"{len(failures)} failed checks in {cases} cases:\n" + "\n".join(failures)
 
 
 def sparse_rows(rng, rows, cols, k_mean, fixed):
@@ -120,98 +149,98 @@ def sparse_rows(rng, rows, cols, k_mean, fixed):
     return counts, idx, row_of
 
 
+class Layout:
+    """A random structure of one family: a dense (rows, cols) matrix, or CSR / fixed-count synapses."""
+
+    def __init__(self, rng, family, rows, cols, cap):
+        self.family = family
+        if family == "dense":
+            while rows * cols > cap:
+                rows, cols = max(1, rows // 2), max(1, cols // 2)
+        else:
+            k_mean = min(logu(rng, 0.3, 300), cap / max(rows, 1))
+            self.counts, self.idx, self.row_of = sparse_rows(rng, rows, cols, k_mean, family == "fcn")
+        self.rows, self.cols = rows, cols
+
+    def weights(self, rng, dtype, homo=False, density=1.0):
+        """Random weights in the layout's shape (one shared weight if homo), rounded to dtype, in float64."""
+        if self.family == "dense":
+            shape = (self.rows, self.cols)
+            return rounded(np.where(rng.random(shape) < density, rng.standard_normal(shape), 0.0), dtype)
+        return rounded(rng.standard_normal(1 if homo else self.idx.size), dtype)
+
+    def ends(self, transpose):
+        """Each synapse's input (its row, or its column for transpose=False) and output: (src, dst)."""
+        return (self.row_of, self.idx) if transpose else (self.idx, self.row_of)
+
+    def call(self, binary, d, x, transpose, idt, backend):
+        """The family's operator (_event_cases.OPS) on weights d (this layout's) and inputs x."""
+        fn = OPS[(self.family, binary or self.family == "dense", x.ndim == 2)]
+        if self.family == "dense":
+            return fn(d, x, transpose=transpose, weighted=not binary, backend=backend)
+        shape, idx = (self.rows, self.cols), jnp.asarray(self.idx, idt)
+        if self.family == "csr":
+            indptr = jnp.asarray(np.concatenate([[0], np.cumsum(self.counts)]), idt)
+            return fn(d, idx, indptr, x, shape=shape, transpose=transpose, backend=backend)
+        k = int(self.counts[0]) if self.rows else 0
+        return fn(d if d.size == 1 else d.reshape(self.rows, k), idx.reshape(self.rows, k), x, shape=shape,
+                  transpose=transpose, backend=backend)
+
+    def product(self, binary, w, x, transpose):
+        """float64 product of weights w (float64, this layout's) with inputs x (n_in, batch), as matmul_ref
+        returns it."""
+        f = (x != 0).astype(np.float64) if binary else x.astype(np.float64)
+        if self.family == "dense":
+            return matmul_ref(w.T if transpose else w, f)
+        src, dst = self.ends(transpose)
+        n_out = self.cols if transpose else self.rows
+        return scatter_ref(n_out, dst, np.broadcast_to(w, src.shape)[:, None] * f[src])
+
+    def describe(self, w):
+        if self.family == "dense":
+            return f"dense {self.rows}x{self.cols}"
+        return f"{self.family} {self.rows}x{self.cols} nse={self.idx.size}{' shared weight' if w.size == 1 else ''}"
+
+
+def _sizes(rng, limit):
+    return int(logu(rng, 1, limit)), int(logu(rng, 1, limit))
+
+
 def _product_case(rng, gpu):
-    """One random event product: (description, (function, args, kwargs), expected as check takes it, weight
-    dtype)."""
+    """One random event product against float64 NumPy."""
     family = pick(rng, ["csr", "csr", "fcn", "dense"])
     binary, mm, transpose = bool(rng.random() < 0.7), bool(rng.random() < 0.4), bool(rng.random() < 0.5)
     wdt = pick(rng, WEIGHT_DTYPES)
     idt = pick(rng, [np.int32, np.int64])
     sdt = pick(rng, [bool, bool, np.int8, np.int32, np.float32, np.float16]) if binary \
         else pick(rng, [np.float32, np.float64])
-    big = gpu and rng.random() < 0.35
-    limit = 400_000 if big else 5_000
-    rows, cols = int(logu(rng, 1, limit)), int(logu(rng, 1, limit))
+    rows, cols = _sizes(rng, 400_000 if gpu and rng.random() < 0.35 else 5_000)
     batch = pick(rng, [1, 2, 7, 8, 9, 16, 17, 33, 40]) if mm else None
-    n_in, n_out = (rows, cols) if transpose else (cols, rows)
     if family == "dense":
-        cap = 4_000_000 if gpu else 250_000
-        while rows * cols > cap:
-            rows, cols = max(1, rows // 2), max(1, cols // 2)
-        n_in, n_out = (rows, cols) if transpose else (cols, rows)
-        dense = rounded(np.where(rng.random((rows, cols)) < logu(rng, 0.01, 1.0),
-                                 rng.standard_normal((rows, cols)), 0.0), wdt)
-        v = event_values(rng, (n_in,) if batch is None else (n_in, batch), binary, sdt)
-        f = (v != 0).astype(np.float64) if binary else v.astype(np.float64)
-        expected = matmul_ref(dense.T if transpose else dense, f)
-        fn = xlakern.binary_densemm if mm else xlakern.binary_densemv
-        args = (jnp.asarray(dense, wdt), jnp.asarray(v))
-        kw = dict(transpose=transpose, weighted=not binary)
-        what = f"dense {rows}x{cols}"
+        layout = Layout(rng, family, rows, cols, 4_000_000 if gpu else 250_000)
+        w = layout.weights(rng, wdt, density=logu(rng, 0.01, 1.0))
     else:
-        cap = 3_000_000 if gpu else 200_000
-        k_mean = min(logu(rng, 0.3, 300), cap / max(rows, 1))
-        counts, idx, row_of = sparse_rows(rng, rows, cols, k_mean, family == "fcn")
-        homo = rng.random() < 0.25
-        w = rounded(rng.standard_normal(1 if homo else idx.size), wdt)
-        w_syn = np.broadcast_to(w, idx.shape)
-        v = event_values(rng, (n_in,) if batch is None else (n_in, batch), binary, sdt)
-        f = (v != 0).astype(np.float64) if binary else v.astype(np.float64)
-        f2 = f if f.ndim == 2 else f[:, None]
-        src, dst = (row_of, idx) if transpose else (idx, row_of)  # the input each synapse reads, where it adds
-        expected = scatter_ref(n_out, dst, w_syn[:, None] * f2[src])
-        if f.ndim == 1:
-            expected = reshaped(expected, (n_out,))
-        data = jnp.asarray(w, wdt)
-        if family == "csr":
-            indptr = np.concatenate([[0], np.cumsum(counts)])
-            fn = {(True, False): xlakern.binary_csrmv, (True, True): xlakern.binary_csrmm,
-                  (False, False): xlakern.csrmv, (False, True): xlakern.csrmm}[(binary, mm)]
-            args = (data, jnp.asarray(idx, idt), jnp.asarray(indptr, idt), jnp.asarray(v))
-        else:
-            fn = {(True, False): xlakern.binary_fcnmv, (True, True): xlakern.binary_fcnmm,
-                  (False, False): xlakern.fcnmv, (False, True): xlakern.fcnmm}[(binary, mm)]
-            k = int(counts[0]) if rows else 0
-            w2 = data if homo else data.reshape(rows, k)
-            args = (w2, jnp.asarray(idx.reshape(rows, k), idt), jnp.asarray(v))
-        kw = dict(shape=(rows, cols), transpose=transpose)
-        what = f"{family} {rows}x{cols} nse={idx.size}{' shared weight' if homo else ''}"
-    what += (f" {fn.__name__} transpose={transpose} batch={batch} weights={np.dtype(wdt).name} "
-             f"indices={np.dtype(idt).name} spikes={np.dtype(sdt).name} active={int((v != 0).sum())}")
-    return what, (fn, args, kw), expected, wdt
-
-
-def _product_sweep(cases, gpu, failures):
-    """Runs `cases` product cases, each from its own seed (listed with its failure)."""
-    backend = "cuda" if gpu else "cpp"
-    for seed in np.random.SeedSequence().generate_state(cases):
-        what, (fn, args, kw), expected, wdt = _product_case(np.random.default_rng(int(seed)), gpu)
-        try:
-            out = fn(*args, **kw, backend=backend)
-        except Exception as e:  # noqa: BLE001 (every failure is listed with its case)
-            failures.append(f"[seed {seed}] {what}: raised {type(e).__name__}: {e}")
-            continue
-        if np.dtype(out.dtype) != np.dtype(wdt):
-            failures.append(f"[seed {seed}] {what}: result dtype {out.dtype}, expected {np.dtype(wdt)}")
-        check(out, expected, wdt, f"[seed {seed}] {what}", failures)
-
-
-def _run(sweep, cases, gpu):
-    """sweep(cases, gpu, failures) with 64-bit dtypes on (int64 indices and float64 weights need them);
-    fails with every failing case listed."""
-    failures: list[str] = []
-    with x64():
-        sweep(cases, gpu, failures)
-    assert not failures, f"{len(failures)} failed checks in {cases} cases:\n" + "\n".join(failures)
+        layout = Layout(rng, family, rows, cols, 3_000_000 if gpu else 200_000)
+        w = layout.weights(rng, wdt, homo=rng.random() < 0.25)
+    n_in = layout.rows if transpose else layout.cols
+    v = event_values(rng, (n_in,) if batch is None else (n_in, batch), binary, sdt)
+    expected = layout.product(binary, w, v if v.ndim == 2 else v[:, None], transpose)
+    if v.ndim == 1:
+        expected = reshaped(expected, expected[0].shape[:1])
+    what = (f"{layout.describe(w)} binary={binary} transpose={transpose} batch={batch} "
+            f"weights={np.dtype(wdt).name} indices={np.dtype(idt).name} spikes={np.dtype(sdt).name} "
+            f"active={int((v != 0).sum())}")
+    return what, lambda backend: [
+        ("", layout.call(binary, jnp.asarray(w, wdt), jnp.asarray(v), transpose, idt, backend), expected, wdt)]
 
 
 def test_event_products_sweep(on_cpu):
-    _run(_product_sweep, 40, False)
+    _run(_product_case, 40, False)
 
 
 @pytest.mark.gpu
 def test_event_products_sweep_gpu():
-    _run(_product_sweep, 160, True)
+    _run(_product_case, 160, True)
 
 
 # ----------------------------------------------------------------------------- just-in-time connectivity
@@ -228,7 +257,7 @@ def _jitc_case(rng, gpu):
                                      bool(rng.random() < 0.5))
     wdt = pick(rng, [np.float32, np.float64])
     limit, cap = (60_000, 4_000_000) if gpu else (3_000, 300_000)
-    rows, cols = int(logu(rng, 1, limit)), int(logu(rng, 1, limit))
+    rows, cols = _sizes(rng, limit)
     while rows * cols > cap:
         rows, cols = max(1, rows // 2), max(1, cols // 2)
     gcols = cols if corder else rows  # the length of the rows the generator walks (its table's columns)
@@ -237,223 +266,148 @@ def _jitc_case(rng, gpu):
     params = tuple(wdt(p) for p in JITC_PARAMS[letter](rng))
     batch = pick(rng, [1, 3, 8, 9, 16, 17, 40]) if mm else None
     n_in = rows if transpose else cols
-    sdt = pick(rng, [bool, np.float32]) if binary else wdt
-    v = event_values(rng, (n_in,) if batch is None else (n_in, batch), binary, sdt)
+    v = event_values(rng, (n_in,) if batch is None else (n_in, batch), binary,
+                     pick(rng, [bool, np.float32]) if binary else wdt)
     name = ("binary_" if binary else "") + "jit" + letter + ("mm" if mm else "mv")
-    fn = getattr(xlakern, name)
-    return name, (fn, params, prob, v, seed, (rows, cols), transpose, corder), letter, wdt
+    kw = dict(shape=(rows, cols), corder=corder)
 
+    def compute(backend):
+        m = np.asarray(getattr(xlakern, "jit" + letter)(*params, prob, seed, **kw, backend=backend), np.float64)
+        out = getattr(xlakern, name)(*params, prob, jnp.asarray(v), seed, **kw, transpose=transpose, backend=backend)
+        f = (v != 0).astype(np.float64) if binary else v.astype(np.float64)
+        return [("", out, matmul_ref(m.T if transpose else m, f), wdt)]
 
-def _jitc_sweep(cases, gpu, failures):
-    backend = "cuda" if gpu else "cpp"
-    for case_seed in np.random.SeedSequence().generate_state(cases):
-        name, (fn, params, prob, v, seed, shape, transpose, corder), letter, wdt = _jitc_case(
-            np.random.default_rng(int(case_seed)), gpu)
-        what = (f"[seed {case_seed}] {name} shape={shape} prob={prob:.3g} seed={seed} transpose={transpose} "
-                f"corder={corder} weights={np.dtype(wdt).name} v={v.shape}/{np.dtype(v.dtype).name}")
-        try:
-            m = np.asarray(getattr(xlakern, "jit" + letter)(*params, prob, seed, shape=shape, corder=corder,
-                                                            backend=backend), np.float64)
-            out = fn(*params, prob, jnp.asarray(v), seed, shape=shape, transpose=transpose, corder=corder,
-                     backend=backend)
-        except Exception as e:  # noqa: BLE001
-            failures.append(f"{what}: raised {type(e).__name__}: {e}")
-            continue
-        f = (v != 0).astype(np.float64) if name.startswith("binary") else v.astype(np.float64)
-        a = m.T if transpose else m
-        if np.dtype(out.dtype) != np.dtype(wdt):
-            failures.append(f"{what}: result dtype {out.dtype}, expected {np.dtype(wdt)}")
-        check(out, matmul_ref(a, f), wdt, what, failures)
+    return (f"{name} shape={(rows, cols)} prob={prob:.3g} seed={seed} transpose={transpose} corder={corder} "
+            f"weights={np.dtype(wdt).name} v={v.shape}/{np.dtype(v.dtype).name}"), compute
 
 
 def test_jitc_products_sweep(on_cpu):
-    _run(_jitc_sweep, 16, False)
+    _run(_jitc_case, 16, False)
 
 
 @pytest.mark.gpu
 def test_jitc_products_sweep_gpu():
-    _run(_jitc_sweep, 60, True)
+    _run(_jitc_case, 60, True)
 
 
 # ----------------------------------------------------------------------------- plasticity
 
-def _plasticity_sweep(cases, gpu, failures):
-    """update_csr_on_binary_pre / _post and update_fixed_post_conn_on_binary_pre on random structures
-    (duplicates included: each slot owns its weight), one step each, against NumPy."""
-    backend = "cuda" if gpu else "cpp"
-    for case_seed in np.random.SeedSequence().generate_state(cases):
-        rng = np.random.default_rng(int(case_seed))
-        which = pick(rng, ["csr_pre", "csr_post", "fcn_pre"])
-        wdt = pick(rng, [np.float32, np.float64])
-        idt = pick(rng, [np.int32, np.int64])
-        limit, cap = (400_000, 3_000_000) if gpu and rng.random() < 0.4 else (5_000, 200_000)
-        n_pre, n_post = int(logu(rng, 1, limit)), int(logu(rng, 1, limit))
-        k_mean = min(logu(rng, 0.3, 300), cap / n_pre)
-        counts, idx, row_of = sparse_rows(rng, n_pre, n_post, k_mean, which == "fcn_pre")
-        w = rng.uniform(0, 1, idx.size).astype(wdt)
-        lo, hi = (wdt(0.1), wdt(0.9)) if rng.random() < 0.8 else (None, None)
-        rate = logu(rng, 1e-3, 0.6) if rng.random() < 0.8 else float(pick(rng, [0.0, 1.0]))
-        what = (f"[seed {case_seed}] {which} {n_pre}x{n_post} nse={idx.size} weights={np.dtype(wdt).name} "
-                f"indices={np.dtype(idt).name} rate={rate:.3g} bounds={lo, hi}")
-        want = w.astype(np.float64)
-        try:
-            if which in ("csr_pre", "fcn_pre"):
-                spk = rng.random(n_pre) < rate
-                trace = rng.uniform(-0.5, 0.5, n_post).astype(wdt)
-                touched = spk[row_of]
-                want[touched] += trace[idx[touched]]
-                if which == "csr_pre":
-                    indptr = np.concatenate([[0], np.cumsum(counts)])
-                    out = xlakern.update_csr_on_binary_pre(jnp.asarray(w), jnp.asarray(idx, idt),
-                                                           jnp.asarray(indptr, idt), jnp.asarray(spk),
-                                                           jnp.asarray(trace), lo, hi, shape=(n_pre, n_post),
-                                                           backend=backend)
-                else:
-                    k = int(counts[0])
-                    out = xlakern.update_fixed_post_conn_on_binary_pre(
-                        jnp.asarray(w.reshape(n_pre, k)), jnp.asarray(idx.reshape(n_pre, k), idt), jnp.asarray(spk),
-                        jnp.asarray(trace), lo, hi, shape=(n_pre, n_post), backend=backend).reshape(-1)
-            else:
-                spk = rng.random(n_post) < rate
-                trace = rng.uniform(-0.5, 0.5, n_pre).astype(wdt)
-                touched = spk[idx]
-                want[touched] += trace[row_of[touched]]
-                perm = np.argsort(idx, kind="stable")  # the CSC view of the CSR synapses
-                csc_indptr = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=n_post))])
-                out = xlakern.update_csr_on_binary_post(jnp.asarray(w), jnp.asarray(row_of[perm], idt),
-                                                        jnp.asarray(csc_indptr, idt), jnp.asarray(perm, idt),
-                                                        jnp.asarray(trace), jnp.asarray(spk), lo, hi,
-                                                        shape=(n_pre, n_post), backend=backend)
-        except Exception as e:  # noqa: BLE001
-            failures.append(f"{what}: raised {type(e).__name__}: {e}")
-            continue
-        if lo is not None:
-            want[touched] = np.clip(want[touched], lo, hi)
-        # one rounding of one add (and a clip, exact): the result equals the float64 sum rounded to wdt
-        want = want.astype(wdt)
-        got = np.asarray(out)
-        if got.dtype != np.dtype(wdt) or got.shape != want.shape or not np.array_equal(got, want):
-            bad = np.flatnonzero(got != want) if got.shape == want.shape else []
-            failures.append(f"{what}: dtype {got.dtype}, shape {got.shape}; {len(bad)} weights differ"
-                            + (f", e.g. slot {bad[0]}: {got[bad[0]]!r} against {want[bad[0]]!r}" if len(bad) else ""))
+def _plasticity_case(rng, gpu):
+    """update_csr_on_binary_pre / _post or update_fixed_post_conn_on_binary_pre on a random structure
+    (duplicates included: each slot owns its weight), one step, against NumPy exactly: a weight takes one
+    add and a clip, so it is the float64 result rounded once."""
+    which = pick(rng, ["csr_pre", "csr_post", "fcn_pre"])
+    wdt = pick(rng, [np.float32, np.float64])
+    idt = pick(rng, [np.int32, np.int64])
+    limit, cap = (400_000, 3_000_000) if gpu and rng.random() < 0.4 else (5_000, 200_000)
+    n_pre, n_post = _sizes(rng, limit)
+    layout = Layout(rng, "fcn" if which == "fcn_pre" else "csr", n_pre, n_post, cap)
+    idx, row_of = layout.idx, layout.row_of
+    w = rng.uniform(0, 1, idx.size).astype(wdt)
+    lo, hi = (wdt(0.1), wdt(0.9)) if rng.random() < 0.8 else (None, None)
+    rate = logu(rng, 1e-3, 0.6) if rng.random() < 0.8 else float(pick(rng, [0.0, 1.0]))
+    on_pre = which != "csr_post"
+    spk = rng.random(n_pre if on_pre else n_post) < rate
+    trace = rng.uniform(-0.5, 0.5, n_post if on_pre else n_pre).astype(wdt)
+    touched = spk[row_of] if on_pre else spk[idx]
+    want = w.astype(np.float64)
+    want[touched] += trace[idx[touched]] if on_pre else trace[row_of[touched]]
+    if lo is not None:
+        want[touched] = np.clip(want[touched], lo, hi)
+    exact = (want.astype(wdt).astype(np.float64), np.zeros_like(want), np.zeros_like(want))
+
+    def compute(backend):
+        spikes, traces, kw = jnp.asarray(spk), jnp.asarray(trace), dict(shape=(n_pre, n_post), backend=backend)
+        if which == "csr_pre":
+            indptr = np.concatenate([[0], np.cumsum(layout.counts)])
+            out = xlakern.update_csr_on_binary_pre(jnp.asarray(w), jnp.asarray(idx, idt), jnp.asarray(indptr, idt),
+                                                   spikes, traces, lo, hi, **kw)
+        elif which == "fcn_pre":
+            k = int(layout.counts[0])
+            out = xlakern.update_fixed_post_conn_on_binary_pre(jnp.asarray(w.reshape(n_pre, k)),
+                                                               jnp.asarray(idx.reshape(n_pre, k), idt), spikes,
+                                                               traces, lo, hi, **kw).reshape(-1)
+        else:
+            perm = np.argsort(idx, kind="stable")  # the CSC view of the CSR synapses
+            csc_indptr = np.concatenate([[0], np.cumsum(np.bincount(idx, minlength=n_post))])
+            out = xlakern.update_csr_on_binary_post(jnp.asarray(w), jnp.asarray(row_of[perm], idt),
+                                                    jnp.asarray(csc_indptr, idt), jnp.asarray(perm, idt), traces,
+                                                    spikes, lo, hi, **kw)
+        return [("", out, exact, wdt)]
+
+    return (f"{which} {n_pre}x{n_post} nse={idx.size} weights={np.dtype(wdt).name} indices={np.dtype(idt).name} "
+            f"rate={rate:.3g} bounds={lo, hi}"), compute
 
 
 def test_plasticity_sweep(on_cpu):
-    _run(_plasticity_sweep, 24, False)
+    _run(_plasticity_case, 24, False)
 
 
 @pytest.mark.gpu
 def test_plasticity_sweep_gpu():
-    _run(_plasticity_sweep, 60, True)
+    _run(_plasticity_case, 60, True)
 
 
 # ----------------------------------------------------------------------------- transformations
 
 def _transform_case(rng, gpu):
     """One random product under grad (weights and float spikes), jvp (weights) and, for an mv, vmap over
-    spikes; each checked against float64 NumPy with the same |terms| bound."""
+    spikes; each checked against float64 NumPy with the same bound."""
     family = pick(rng, ["csr", "csr", "fcn", "dense"])
     binary, transpose, mm = bool(rng.random() < 0.5), bool(rng.random() < 0.5), bool(rng.random() < 0.3)
     wdt = pick(rng, [np.float32, np.float64])
     idt = pick(rng, [np.int32, np.int64])
     limit, cap = (100_000, 1_000_000) if gpu and rng.random() < 0.35 else (2_000, 100_000)
-    rows, cols = int(logu(rng, 1, limit)), int(logu(rng, 1, limit))
+    rows, cols = _sizes(rng, limit)
     batch = pick(rng, [1, 2, 8, 9, 17]) if mm else None
-    n_in, n_out = (rows, cols) if transpose else (cols, rows)
-    if family == "dense":
-        while rows * cols > cap:
-            rows, cols = max(1, rows // 2), max(1, cols // 2)
-        n_in, n_out = (rows, cols) if transpose else (cols, rows)
-        w = rng.standard_normal((rows, cols)).astype(wdt)
-        src = dst = None
-    else:
-        k_mean = min(logu(rng, 0.3, 200), cap / max(rows, 1))
-        counts, idx, row_of = sparse_rows(rng, rows, cols, k_mean, family == "fcn")
-        homo = rng.random() < 0.25
-        w = rng.standard_normal(1 if homo else idx.size).astype(wdt)
-        src, dst = (row_of, idx) if transpose else (idx, row_of)
+    layout = Layout(rng, family, rows, cols, cap)
+    w = layout.weights(rng, wdt, homo=family != "dense" and rng.random() < 0.25)
+    n_in = layout.rows if transpose else layout.cols
     v = event_values(rng, (n_in,) if batch is None else (n_in, batch), False, wdt)
+    x2 = v if v.ndim == 2 else v[:, None]
 
-    def forward(d, x):
-        if family == "dense":
-            fn = xlakern.binary_densemm if x.ndim == 2 else xlakern.binary_densemv
-            return fn(d, x, transpose=transpose, weighted=not binary)
-        if family == "csr":
-            fn = {(True, 1): xlakern.binary_csrmv, (True, 2): xlakern.binary_csrmm, (False, 1): xlakern.csrmv,
-                  (False, 2): xlakern.csrmm}[(binary, x.ndim)]
-            indptr = np.concatenate([[0], np.cumsum(counts)])
-            return fn(d, jnp.asarray(idx, idt), jnp.asarray(indptr, idt), x, shape=(rows, cols), transpose=transpose)
-        fn = {(True, 1): xlakern.binary_fcnmv, (True, 2): xlakern.binary_fcnmm, (False, 1): xlakern.fcnmv,
-              (False, 2): xlakern.fcnmm}[(binary, x.ndim)]
-        k = int(counts[0])
-        dd = d if d.size == 1 else d.reshape(rows, k)
-        return fn(dd, jnp.asarray(idx.reshape(rows, k), idt), x, shape=(rows, cols), transpose=transpose)
-
-    def product(wv, x):
-        """float64 product of weights wv (w's layout) with inputs x (n_in, b), as matmul_ref returns it."""
-        f = (x != 0).astype(np.float64) if binary else x.astype(np.float64)
-        if family == "dense":
-            a = wv.astype(np.float64)
-            return matmul_ref(a.T if transpose else a, f)
-        return scatter_ref(n_out, dst, np.broadcast_to(wv.astype(np.float64), src.shape)[:, None] * f[src])
-
-    def grads(cot, x):
+    def grads(cot):
         """float64 gradients of sum(cot * out) in the weights and in the spikes (the dense product in the
         other orientation, the surrogate for binary ones), as matmul_ref returns them."""
-        f = (x != 0).astype(np.float64) if binary else x.astype(np.float64)
+        f = (x2 != 0).astype(np.float64) if binary else x2.astype(np.float64)
         if family == "dense":
-            a = w.astype(np.float64)
             gw = matmul_ref(f, cot.T) if transpose else matmul_ref(cot, f.T)
-            return gw, matmul_ref(a, cot) if transpose else matmul_ref(a.T, cot)
+            return gw, matmul_ref(w, cot) if transpose else matmul_ref(w.T, cot)
+        src, dst = layout.ends(transpose)
         per = cot[dst] * f[src]  # (synapse, batch column)
         gw = row_sums_ref(per.reshape(1, -1) if w.size == 1 else per)
-        wsyn = np.broadcast_to(w.astype(np.float64), src.shape)[:, None]
-        return gw, scatter_ref(n_in, src, wsyn * cot[dst])
+        return gw, scatter_ref(n_in, src, np.broadcast_to(w, src.shape)[:, None] * cot[dst])
 
-    what = (f"{family} {rows}x{cols} {'binary' if binary else 'float'} transpose={transpose} batch={batch} "
-            f"weights={np.dtype(wdt).name} indices={np.dtype(idt).name}"
-            + (f" nse={src.size}{' shared weight' if w.size == 1 else ''}" if src is not None else ""))
-    return what, forward, product, grads, w, v, wdt, n_in
+    def compute(backend):
+        def forward(d, x):
+            return layout.call(binary, d, x, transpose, idt, backend)
 
-
-def _transform_sweep(cases, gpu, failures):
-    device = jax.devices("gpu" if gpu else "cpu")[0]
-    for case_seed in np.random.SeedSequence().generate_state(cases):
-        rng = np.random.default_rng(int(case_seed))
-        what, forward, product, grads, w, v, wdt, n_in = _transform_case(rng, gpu)
-        what = f"[seed {case_seed}] {what}"
-        x2 = v if v.ndim == 2 else v[:, None]
-        try:
-            with jax.default_device(device):
-                d, x = jnp.asarray(w), jnp.asarray(v)
-                out = forward(d, x)
-                cot = rng.standard_normal(out.shape).astype(wdt)  # as the kernels see it
-                gd, gx = jax.jit(jax.grad(lambda d, x: jnp.sum(jnp.asarray(cot) * forward(d, x)), (0, 1)))(d, x)
-                t = rng.standard_normal(w.shape).astype(wdt)
-                tangent = jax.jvp(lambda d: forward(d, x), (d,), (jnp.asarray(t),))[1]
-                S = None
-                if v.ndim == 1:  # a batch of mv spikes, mapped: one mm launch
-                    S = event_values(rng, (int(rng.integers(1, 6)), n_in), False, wdt)
-                    mapped = jax.vmap(lambda s: forward(d, s))(jnp.asarray(S))
-        except Exception as e:  # noqa: BLE001
-            failures.append(f"{what}: raised {type(e).__name__}: {e}")
-            continue
-        expected = product(w, x2)
+        d, x = jnp.asarray(w, wdt), jnp.asarray(v)
+        expected = layout.product(binary, w, x2, transpose)
         shape = expected[0].shape if v.ndim == 2 else expected[0].shape[:1]
-        check(out, reshaped(expected, shape), wdt, f"{what} forward", failures)
-        gw, gv = grads(cot.astype(np.float64).reshape(expected[0].shape), x2)
-        check(gd, reshaped(gw, w.shape), wdt, f"{what} d/dweights", failures)
-        check(gx, reshaped(gv, v.shape), wdt, f"{what} d/dspikes", failures)
-        check(tangent, reshaped(product(t, x2), shape), wdt, f"{what} jvp in the weights", failures)
-        if S is not None:
-            check(mapped, tuple(x.T for x in product(w, S.T)), wdt, f"{what} vmap over {S.shape[0]} spike vectors",
-                  failures)
+        cot = rng.standard_normal(expected[0].shape).astype(wdt)  # as the kernels see it
+        gd, gx = jax.jit(jax.grad(lambda d, x: jnp.sum(jnp.asarray(cot.reshape(shape)) * forward(d, x)), (0, 1)))(d, x)
+        gw, gv = grads(cot.astype(np.float64))
+        t = rounded(rng.standard_normal(w.shape), wdt)
+        checks = [(" forward", forward(d, x), reshaped(expected, shape), wdt),
+                  (" d/dweights", gd, reshaped(gw, w.shape), wdt),
+                  (" d/dspikes", gx, reshaped(gv, v.shape), wdt),
+                  (" jvp in the weights", jax.jvp(lambda d: forward(d, x), (d,), (jnp.asarray(t, wdt),))[1],
+                   reshaped(layout.product(binary, t, x2, transpose), shape), wdt)]
+        if v.ndim == 1:  # a batch of mv spikes, mapped: one mm launch
+            S = event_values(rng, (int(rng.integers(1, 6)), n_in), False, wdt)
+            checks.append((f" vmap over {S.shape[0]} spike vectors", jax.vmap(lambda s: forward(d, s))(jnp.asarray(S)),
+                           tuple(a.T for a in layout.product(binary, w, S.T, transpose)), wdt))
+        return checks
+
+    return (f"{layout.describe(w)} {'binary' if binary else 'float'} transpose={transpose} batch={batch} "
+            f"weights={np.dtype(wdt).name} indices={np.dtype(idt).name}"), compute
 
 
 def test_transformations_sweep(on_cpu):
-    _run(_transform_sweep, 24, False)
+    _run(_transform_case, 24, False)
 
 
 @pytest.mark.gpu
 def test_transformations_sweep_gpu():
-    _run(_transform_sweep, 60, True)
+    _run(_transform_case, 60, True)
