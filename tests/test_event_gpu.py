@@ -254,6 +254,49 @@ def test_jitted_loop_clears_outputs_every_step(rng):
     np.testing.assert_allclose(np.asarray(total), expect.sum(0), rtol=1e-3, atol=1e-2)
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_scatter_adds_wait_for_their_output_clear(rng, overlap, monkeypatch):
+    """On sm_90 and up a scatter's output is cleared by a kernel that the scatter overlaps (programmatic
+    dependent launch): the scatter reads its spikes, rows and weights meanwhile, and its adds must wait
+    for the clear. Here the clear is long (8M columns, 32 MB) and the active rows few and short, so an
+    add that did not wait would land while the clear still runs, and be wiped (with the waits taken out,
+    the CSR case failed on an H200). A step with no spike at all adds nothing, and must still not end
+    before its clear: the kernel after it reads the output. In a jitted scan the output buffer holds the
+    previous step's sums. CSR, fixed-count and JITC scatters against float64 NumPy, with the overlap
+    (the default) and with a memset instead (XLAKERN_PDL=1)."""
+    if not overlap:
+        monkeypatch.setenv("XLAKERN_PDL", "1")
+    nrows, ncols, k, steps = 96, 8_000_000, 40, 5
+    idx = rng.integers(0, ncols, size=(nrows, k))
+    data = rng.standard_normal((nrows, k)).astype(np.float32)
+    ptr = np.arange(0, nrows * k + 1, k).astype(np.int32)
+    S = rng.random((steps, nrows)) < np.array([1.0, 0.0, 0.5, 0.9, 0.2])[:, None]
+    csr = xlakern.CSR((data.reshape(-1), idx.reshape(-1).astype(np.int32), ptr), shape=(nrows, ncols))
+    fcn = xlakern.FixedNumPerPre((data, idx.astype(np.int32)), shape=(nrows, ncols))
+    jitc = xlakern.JITCScalarR((0.75, k / ncols, int(rng.integers(2**31))), shape=(nrows, ncols), corder=True)
+    stored = jitc.tocsr()  # the JITC matrix's synapses, exactly as its products generate them
+    j_data, j_idx, j_ptr = (np.asarray(a) for a in (stored.data, stored.indices, stored.indptr))
+    j_rows = np.repeat(np.arange(nrows), np.diff(j_ptr))
+    assert j_idx.size > nrows * k // 2
+
+    def reference(s, rows, cols, weights):
+        out = np.zeros(ncols)
+        on = s[rows]
+        np.add.at(out, cols[on], np.broadcast_to(weights, cols.shape)[on].astype(np.float64))
+        return out
+
+    expected = {
+        "csr": [reference(s, np.repeat(np.arange(nrows), k), idx.reshape(-1), data.reshape(-1)) for s in S],
+        "jitc": [reference(s, j_rows, j_idx, j_data) for s in S],
+    }
+    expected["fcn"] = expected["csr"]
+    for name, M in (("csr", csr), ("fcn", fcn), ("jitc", jitc)):
+        run = jax.jit(lambda M, S: jax.lax.scan(lambda c, s: (c, xlakern.BinaryArray(s) @ M), 0, S)[1])
+        ys = np.asarray(run(M, S))
+        for t in range(steps):
+            np.testing.assert_allclose(ys[t], expected[name][t], rtol=1e-5, atol=1e-5, err_msg=f"{name}, step {t}")
+
+
 def test_grad_and_vmap_on_gpu(rng):
     dense, data, idx, ptr = random_csr(rng, 300, 200, 0.05)
     data, idx, ptr = data.astype(np.float32), idx.astype(np.int32), ptr.astype(np.int32)

@@ -17,8 +17,9 @@
 //                   rows sit on 16-byte boundaries and has 2,048 threads of columns (times the
 //                   batch) or more takes dense_scatter_vec_kernel: 16 bytes of columns a thread,
 //                   a row slice's active rows listed at once, 8 rows' loads in flight.
-// Outputs the kernel accumulates into are cleared with cudaMemsetAsync on XLA's stream, so the
-// whole call stays capturable in a CUDA graph.
+// Outputs the kernel accumulates into are cleared on XLA's stream first (clear_before_adds in
+// event_common.h: a kernel the accumulating one overlaps on sm_90, else cudaMemsetAsync), so the whole
+// call stays capturable in a CUDA graph.
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -291,8 +292,12 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
       __syncthreads();
     }
     if (c < ncols) {
-      if (gridDim.z > 1) atomicAdd(out + c * batch + b, acc);
-      else out[c * batch + b] = acc;
+      if (gridDim.z > 1) {
+        pdl_wait();  // the output's clear has finished (clear_before_adds; thread 0 holds the grid)
+        atomicAdd(out + c * batch + b, acc);
+      } else {
+        out[c * batch + b] = acc;
+      }
     }
   }
 }
@@ -382,6 +387,7 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
     for (int u = 0; u < U; ++u)
       if (k + u < total) add_row(raw[u], Binary ? A(1) : vals[k + u]);
   }
+  if (gridDim.z > 1) pdl_wait();  // the output's clear has finished (clear_before_adds; thread 0 holds the grid)
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     if (gridDim.z > 1) atomicAdd(out + (col + i) * batch + b, acc[i]);
@@ -421,9 +427,9 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
     (void)cudaGetLastError();
     return false;
   }
-  if (parts > 1) XK_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(ncols) * size_t(batch) * sizeof(A), st));
-  kernel<<<dim3(unsigned(col_blocks), unsigned(batch), unsigned(parts)), kThreads, smem, st>>>(
-      w, spk, out, nrows, ncols, batch, rows_per_part, rule);
+  const bool after_clear = parts > 1 && clear_before_adds(out, int64_t(ncols * batch * sizeof(A)), st);
+  launch_after_clear(after_clear, kernel, dim3(unsigned(col_blocks), unsigned(batch), unsigned(parts)), dim3(kThreads),
+                     smem, st, w, spk, out, nrows, ncols, batch, rows_per_part, rule);
   return true;
 }
 
@@ -464,9 +470,10 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
     const I* ptr = nconn >= 0 ? nullptr : indptr.data_ptr<I>();
     const I* no_perm = nullptr;
     if (transpose)
-      sparse_scatter_kernel<false><<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), no_perm, indices.data_ptr<I>(),
-                                                              ptr, spikes.data_ptr<S>(), out.data_ptr<A>(), nrows,
-                                                              ncols, batch, nse, nconn, homo, rule, rows_per_warp);
+      launch_after_clear(launch.after_clear, sparse_scatter_kernel<false, W, I, S, decltype(rule)::kBinary>, grid,
+                         dim3(kThreads), 0, st, data.data_ptr<W>(), no_perm, indices.data_ptr<I>(), ptr,
+                         spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
+                         rows_per_warp);
     else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
                                 out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
                                 spike_scratch(scratch, ncols), st))
@@ -502,9 +509,11 @@ void event_dense(const xk::Tensor weights, const xk::Tensor spikes, xk::Tensor o
       int64_t parts = std::min<int64_t>((1024 + col_blocks - 1) / col_blocks, (nrows + kThreads - 1) / kThreads);
       parts = std::max<int64_t>(std::min<int64_t>(parts, 65535), 1);
       const int64_t rows_per_part = (nrows + parts - 1) / parts;
-      if (parts > 1) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
-      dense_scatter_kernel<<<dim3(unsigned(col_blocks), grid_y(batch), unsigned(parts)), kThreads, 0, st>>>(
-          weights.data_ptr<W>(), spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, rows_per_part, rule);
+      const bool after_clear = parts > 1 && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st);
+      launch_after_clear(after_clear, dense_scatter_kernel<W, S, decltype(rule)::kBinary>,
+                         dim3(unsigned(col_blocks), grid_y(batch), unsigned(parts)), dim3(kThreads), 0, st,
+                         weights.data_ptr<W>(), spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch,
+                         rows_per_part, rule);
     });
   });
   XK_CHECK_LAUNCH();

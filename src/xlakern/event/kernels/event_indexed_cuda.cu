@@ -34,10 +34,10 @@ void event_sparse_indexed(const xk::Tensor data, const xk::Tensor indices, const
     using S = typename decltype(stag)::type;
     const I* p = homo ? nullptr : perm.data_ptr<I>();
     if (transpose)
-      sparse_scatter_kernel<true><<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), p, indices.data_ptr<I>(),
-                                                             indptr.data_ptr<I>(), spikes.data_ptr<S>(),
-                                                             out.data_ptr<A>(), nrows, ncols, batch, nse, -1,
-                                                             homo, rule, rows_per_warp);
+      launch_after_clear(launch.after_clear, sparse_scatter_kernel<true, W, I, S, decltype(rule)::kBinary>, grid,
+                         dim3(kThreads), 0, st, data.data_ptr<W>(), p, indices.data_ptr<I>(), indptr.data_ptr<I>(),
+                         spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, nse, int64_t(-1), homo, rule,
+                         rows_per_warp);
     else
       sparse_gather_kernel<true><<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), p, indices.data_ptr<I>(),
                                                             indptr.data_ptr<I>(), spikes.data_ptr<S>(),

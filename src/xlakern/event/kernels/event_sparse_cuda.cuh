@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
     int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule, int rows_per_warp) {
   using A = typename AccOf<W>::type;
   constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
+  pdl_hold_grid();
   const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
   const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
@@ -105,6 +106,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
           j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
           wv[u] = homo ? w0 : (p < end ? slot_weight<Permuted, A>(data, perm, nse, p) : A(0));
         }
+        pdl_wait();  // the output's clear has finished (clear_before_adds)
 #pragma unroll
         for (int u = 0; u < U; ++u)
           if (uint64_t(j[u]) < uint64_t(ncols)) atomicAdd(out + j[u] * batch + b, wv[u] * v);  // else dropped
@@ -131,12 +133,13 @@ inline int scatter_rows_per_warp(int64_t nrows, int64_t batch) {
 struct PlainLaunch {
   dim3 grid;
   int rows_per_warp;
+  bool after_clear = false;  // the scatter goes after its output's clear (launch_after_clear)
 };
 
 inline bool plain_launch(xk::Tensor& out, int64_t nrows, int64_t batch, bool transpose, cudaStream_t st,
                          PlainLaunch& launch) {
   if (out.numel() == 0) return false;
-  if (transpose) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
+  if (transpose) launch.after_clear = clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st);
   if (nrows == 0) return false;
   launch.rows_per_warp = transpose ? scatter_rows_per_warp(nrows, batch) : 1;
   launch.grid = dim3(grid_for_warps((nrows + launch.rows_per_warp - 1) / launch.rows_per_warp), grid_y(batch));

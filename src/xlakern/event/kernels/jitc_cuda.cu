@@ -539,6 +539,7 @@ __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, cons
   __shared__ int32_t listed[kScatterThreads];  // the block's rows with an active spike (offsets)
   __shared__ int32_t per_warp[kScatterWarps];
   __shared__ int64_t totals[kTeams][2][U * T];
+  pdl_hold_grid();
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int64_t r0 = int64_t(blockIdx.x) * rows;
   const int64_t j0 = int64_t(blockIdx.y) * kChunk;
@@ -565,6 +566,7 @@ __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, cons
   const Weights<A> wt(params, g.kind, q);
   const int team = warp / T;
   uint32_t half = 0;  // walk_row_team's alternation of its totals' halves, kept across the team's rows
+  bool cleared = false;
   for (int i = team; i < listed_n; i += kTeams) {
     const int64_t r = r0 + listed[i];
     const uint32_t key = row_key(seed, uint32_t(r));
@@ -574,6 +576,10 @@ __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, cons
     for (int j = 0; j < kChunk; ++j) sv[j] = j < nb ? s[j] : S(0);
     auto add = [&](int64_t c, uint32_t k) {
       const A w = wt.of(key, k);
+      if (!cleared) {  // the output's clear has finished (clear_before_adds)
+        pdl_wait();
+        cleared = true;
+      }
       A* o = out + c * batch + j0;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j)
@@ -662,10 +668,11 @@ int scatter_rows(int64_t grows, int64_t batch_chunks, int team_warps) {
 
 template <int T, int U, typename A, typename S, bool Binary>
 void launch_scatter(const Gen& g, const A* p, const A* q, const S* v, A* o, int64_t batch, SpikeRule<S, Binary> rule,
-                    unsigned chunks, cudaStream_t st) {
+                    unsigned chunks, bool after_clear, cudaStream_t st) {
   const int rows = scatter_rows(g.grows, chunks, T);
   const dim3 grid(unsigned((g.grows + rows - 1) / rows), chunks);
-  scatter_kernel<T, U><<<grid, kScatterThreads, 0, st>>>(g, p, q, v, o, batch, rule, rows);
+  launch_after_clear(after_clear, scatter_kernel<T, U, A, S, Binary>, grid, dim3(kScatterThreads), 0, st, g, p, q,
+                     v, o, batch, rule, rows);
 }
 
 // Shared memory an mv gather block asks for at most: two such blocks fit an H100 or H200 SM (228 KiB,
@@ -817,7 +824,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   XK_CHECK(spikes.numel() == (transpose ? grows : gcols) * batch) << "spike count does not match the matrix";
   XK_CHECK(out.numel() == (transpose ? gcols : grows) * batch) << "output size does not match the matrix";
   if (out.numel() == 0) return;
-  if (transpose) XK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st));
+  const bool after_clear = transpose && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st);
   if (grows == 0) return;
   const Gen g{seed.data_ptr<uint32_t>(), table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
   const unsigned chunks = unsigned((batch + kChunk - 1) / kChunk);  // the scatter's
@@ -837,10 +844,10 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       const bool vec = batch % kGatherChunk == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
       if (transpose) {
         switch (scatter_draws(g.ntable, gcols)) {
-          case 1024: launch_scatter<8, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
-          case 512: launch_scatter<4, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
-          case 128: launch_scatter<1, 4>(g, p, q, v, o, batch, rule, chunks, st); break;
-          default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, st); break;
+          case 1024: launch_scatter<8, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, st); break;
+          case 512: launch_scatter<4, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, st); break;
+          case 128: launch_scatter<1, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, st); break;
+          default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, after_clear, st); break;
         }
       } else if (batch == 1 && mv_fits_int32(g, rounds, lanes)) {
         if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, bits, log_keep, st);
