@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the GPU machine runs for a session's results: build xlakern, then one stage.
-#   bash tools/gpu_session.sh tests    # every test (GPU ones included), log in $OUT
+#   bash tools/gpu_session.sh tests    # every test (GPU ones included), log in $OUT ($PYTEST_WORKERS, default 6)
 #   bash tools/gpu_session.sh bench    # the bench scripts' tables, in $OUT
 #   bash tools/gpu_session.sh multi    # the multi-GPU network bench and tests
 # Wheels in .whl/ (BrainEvent 0.3.0, brainstate and their pure-Python needs) go on PYTHONPATH.
@@ -17,7 +17,7 @@ nvidia-smi -L
 case "${1:-tests}" in
   tests)
     # Several workers share the GPU: no worker may preallocate most of its memory.
-    XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m pytest -q -rs -n 6 -p no:cacheprovider tests ${2:-} \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m pytest -q -rs -n ${PYTEST_WORKERS:-6} -p no:cacheprovider tests ${2:-} \
       2>&1 | tee "$OUT/pytest.log" | tail -40 ;;
   bench)
     for b in ${2:-bench_zeroed bench_event bench_build}; do
