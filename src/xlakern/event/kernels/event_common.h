@@ -176,8 +176,8 @@ inline bool use_spike_summary() { return forced_choice("XLAKERN_SPIKE_SUMMARY", 
 // programmatically (cudaLaunchAttributeProgrammaticStreamSerialization): it starts while the clear
 // runs, reads its spikes, rows and weights, and waits (pdl_wait) only before its first add. A stream
 // capture keeps that edge in XLA's CUDA graphs. Below sm_90, or with XLAKERN_PDL = 1, the clear is
-// cudaMemsetAsync and the launch a plain one. On an H200 this took 0.5-1.5 us off a scatter step at
-// 4k-400k rows (session 43).
+// cudaMemsetAsync and the launch a plain one. On an H200 this took up to 1.5 us off the small CSR and
+// dense scatter steps (graph loops, 4k-400k rows), and nothing where the adds dominate (session 43).
 __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
