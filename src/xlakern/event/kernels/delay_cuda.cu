@@ -77,7 +77,7 @@ void delay_deliver(const xk::Tensor ring, const xk::Tensor events, const xk::Ten
   if (out.data_ptr() != ring.data_ptr())
     XK_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), ring.data_ptr(), ring.nbytes(), cudaMemcpyDeviceToDevice, st));
   if (out.numel() == 0 || g.nrows == 0) return;
-  const int rows_per_warp = scatter_rows_per_warp(g.nrows, 1);
+  const int rows_per_warp = scatter_rows_per_warp(g.nrows, 1, gpu_limits());
   const unsigned blocks = grid_for_warps((g.nrows + rows_per_warp - 1) / rows_per_warp);
   auto run = [&](auto wt) {
     using W = typename decltype(wt)::type;

@@ -214,9 +214,8 @@ __global__ void __launch_bounds__(256) clear_bytes_kernel(unsigned char* __restr
 
 // Clears nbytes at p on the stream. True when the kernel that adds into it must be launched with
 // launch_after_clear(true, ...), wait with pdl_wait before its first add, and hold its grid
-// (pdl_hold_grid) until the clear ends.
-inline bool clear_before_adds(void* p, int64_t nbytes, cudaStream_t st) {
-  const GpuLimits gpu = gpu_limits();
+// (pdl_hold_grid) until the clear ends. `gpu` is the stream's device (gpu_limits).
+inline bool clear_before_adds(void* p, int64_t nbytes, cudaStream_t st, const GpuLimits& gpu) {
   if (gpu.major < 9 || forced_choice("XLAKERN_PDL", {1, 2}) == 1) {
     XK_CUDA_CHECK(cudaMemsetAsync(p, 0, size_t(nbytes), st));
     return false;
@@ -228,22 +227,38 @@ inline bool clear_before_adds(void* p, int64_t nbytes, cudaStream_t st) {
   return true;
 }
 
-// Launches kernel(args...) on the stream, programmatically after the clear when `programmatic`.
+// Launches kernel(args...) on the stream with the given launch attributes (none, one or two).
 template <typename... Params, typename... Args>
-void launch_after_clear(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                        cudaStream_t st, Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+void launch_with(std::initializer_list<cudaLaunchAttribute> attrs, void (*kernel)(Params...), dim3 grid, dim3 block,
+                 size_t smem, cudaStream_t st, Args&&... args) {
+  cudaLaunchAttribute list[2];
+  unsigned n = 0;
+  for (const cudaLaunchAttribute& a : attrs)
+    if (n < 2) list[n++] = a;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
-  cfg.attrs = attr;
-  cfg.numAttrs = programmatic ? 1 : 0;
+  cfg.attrs = list;
+  cfg.numAttrs = n;
   XK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
+
+// Launches kernel(args...) on the stream, programmatically after the clear when `programmatic`.
+template <typename... Params, typename... Args>
+void launch_after_clear(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t st, Args&&... args) {
+  if (!programmatic) {
+    launch_with({}, kernel, grid, block, smem, st, std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchAttribute after;
+  after.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  after.val.programmaticStreamSerializationAllowed = 1;
+  launch_with({after}, kernel, grid, block, smem, st, std::forward<Args>(args)...);
+}
+
 #endif
 
 inline DType acc_dtype(DType w) { return w == DType::Float64 ? DType::Float64 : DType::Float32; }

@@ -427,7 +427,7 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
     (void)cudaGetLastError();
     return false;
   }
-  const bool after_clear = parts > 1 && clear_before_adds(out, int64_t(ncols * batch * sizeof(A)), st);
+  const bool after_clear = parts > 1 && clear_before_adds(out, int64_t(ncols * batch * sizeof(A)), st, gpu_limits());
   launch_after_clear(after_clear, kernel, dim3(unsigned(col_blocks), unsigned(batch), unsigned(parts)), dim3(kThreads),
                      smem, st, w, spk, out, nrows, ncols, batch, rows_per_part, rule);
   return true;
@@ -509,7 +509,7 @@ void event_dense(const xk::Tensor weights, const xk::Tensor spikes, xk::Tensor o
       int64_t parts = std::min<int64_t>((1024 + col_blocks - 1) / col_blocks, (nrows + kThreads - 1) / kThreads);
       parts = std::max<int64_t>(std::min<int64_t>(parts, 65535), 1);
       const int64_t rows_per_part = (nrows + parts - 1) / parts;
-      const bool after_clear = parts > 1 && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st);
+      const bool after_clear = parts > 1 && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st, gpu_limits());
       launch_after_clear(after_clear, dense_scatter_kernel<W, S, decltype(rule)::kBinary>,
                          dim3(unsigned(col_blocks), grid_y(batch), unsigned(parts)), dim3(kThreads), 0, st,
                          weights.data_ptr<W>(), spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch,

@@ -121,9 +121,9 @@ inline unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps 
 
 // Rows a scatter's warp takes: as many (a power of two, at most 32) as still leaves about 48 warps an
 // SM (a full H100 holds 64).
-inline int scatter_rows_per_warp(int64_t nrows, int64_t batch) {
+inline int scatter_rows_per_warp(int64_t nrows, int64_t batch, const GpuLimits& gpu) {
   int rows_per_warp = 1;
-  const int64_t want_warps = int64_t(gpu_limits().sms) * 48, spread = nrows * int64_t(grid_y(batch));
+  const int64_t want_warps = int64_t(gpu.sms) * 48, spread = nrows * int64_t(grid_y(batch));
   while (rows_per_warp < 32 && spread / (2 * rows_per_warp) >= want_warps) rows_per_warp *= 2;
   return rows_per_warp;
 }
@@ -139,9 +139,10 @@ struct PlainLaunch {
 inline bool plain_launch(xk::Tensor& out, int64_t nrows, int64_t batch, bool transpose, cudaStream_t st,
                          PlainLaunch& launch) {
   if (out.numel() == 0) return false;
-  if (transpose) launch.after_clear = clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st);
+  const GpuLimits gpu = transpose ? gpu_limits() : GpuLimits{};  // the gather needs none
+  if (transpose) launch.after_clear = clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st, gpu);
   if (nrows == 0) return false;
-  launch.rows_per_warp = transpose ? scatter_rows_per_warp(nrows, batch) : 1;
+  launch.rows_per_warp = transpose ? scatter_rows_per_warp(nrows, batch, gpu) : 1;
   launch.grid = dim3(grid_for_warps((nrows + launch.rows_per_warp - 1) / launch.rows_per_warp), grid_y(batch));
   return true;
 }

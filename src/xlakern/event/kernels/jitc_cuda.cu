@@ -824,7 +824,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   XK_CHECK(spikes.numel() == (transpose ? grows : gcols) * batch) << "spike count does not match the matrix";
   XK_CHECK(out.numel() == (transpose ? gcols : grows) * batch) << "output size does not match the matrix";
   if (out.numel() == 0) return;
-  const bool after_clear = transpose && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st);
+  const bool after_clear = transpose && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st, gpu_limits());
   if (grows == 0) return;
   const Gen g{seed.data_ptr<uint32_t>(), table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
   const unsigned chunks = unsigned((batch + kChunk - 1) / kChunk);  // the scatter's

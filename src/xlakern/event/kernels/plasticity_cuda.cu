@@ -83,7 +83,7 @@ void plastic_update(const xk::Tensor weight, const xk::Tensor indices, const xk:
   if (out.data_ptr() != weight.data_ptr())
     XK_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), weight.data_ptr(), weight.nbytes(), cudaMemcpyDeviceToDevice, st));
   if (g.nrows == 0 || g.nse == 0) return;
-  const int rows_per_warp = scatter_rows_per_warp(g.nrows, 1);
+  const int rows_per_warp = scatter_rows_per_warp(g.nrows, 1, gpu_limits());
   const unsigned blocks = grid_for_warps((g.nrows + rows_per_warp - 1) / rows_per_warp);
   auto run = [&](auto wt) {
     using W = typename decltype(wt)::type;
