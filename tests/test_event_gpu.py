@@ -234,6 +234,60 @@ def test_dense_mm_scatter_with_16_byte_rows(rng, dtype):
                                            atol=tol * max(1.0, np.sqrt(nrows)), err_msg=f"vmap, batch {batch}")
 
 
+def _slices_summed_in_order(W, S, slices):
+    """float32 `W.T @ S` for binary S as the clustered dense scatter sums it: within each of `slices` equal
+    row slices the active rows in ascending order, then the slices' partials in order, from zero."""
+    nrows = W.shape[0]
+    per = -(-nrows // slices)
+    out = np.zeros((W.shape[1], S.shape[1]), np.float32)
+    for b in range(S.shape[1]):
+        total = np.zeros(W.shape[1], np.float32)
+        for q in range(slices):
+            part = np.zeros(W.shape[1], np.float32)
+            for r in np.nonzero(S[q * per:(q + 1) * per, b])[0] + q * per:
+                part = part + W[r]
+            total = total + part
+        out[:, b] = total
+    return out
+
+
+@pytest.mark.parametrize("cluster", ["rule", "off", "2", "4", "16"])
+def test_dense_scatter_slices_summed_in_clusters(rng, cluster, monkeypatch):
+    """On sm_90 and up, the dense scatter's row slices of one column tile can run as a thread block
+    cluster and sum their partials through distributed shared memory: the output is written once, with
+    no clear and no atomic add. 3,000 x 8,200 float32 weights (the last block of a tile runs past the
+    columns), batches of 16 (mm) and 1 (mv) with columns at 0%, 1%, 20% and 100% active, against float64
+    NumPy: in the launcher's own choice (on an H100 or H200, the mm's 2 slices in clusters and the mv's 8
+    added atomically), with clusters off (XLAKERN_DENSE_CLUSTER=1), and with 2, 4 and 16 slices forced into clusters
+    (XLAKERN_DENSE_SLICES, XLAKERN_DENSE_CLUSTER=2). A cluster must give, bit for bit, the float32 sums in
+    its fixed order (rows ascending within a slice, then slices in order), and the same bits on every
+    call; atomic adds in arrival order would not."""
+    if cluster != "rule":
+        monkeypatch.setenv("XLAKERN_DENSE_CLUSTER", "1" if cluster == "off" else "2")
+        if cluster != "off":
+            monkeypatch.setenv("XLAKERN_DENSE_SLICES", cluster)
+    nrows, ncols = 3000, 8200
+    W = rng.standard_normal((nrows, ncols)).astype(np.float32)
+    S = rng.random((nrows, 16)) < np.array([0.0, 0.01, 0.2, 1.0])[np.arange(16) % 4]
+    v = (rng.standard_normal((nrows, 16)) * S).astype(np.float32)
+    mm = jax.jit(lambda W, S: xlakern.binary_densemm(W, S, transpose=True))  # a fresh executable per case
+    mv = jax.jit(lambda W, s: xlakern.binary_densemv(W, s, transpose=True))
+    Wj = jnp.asarray(W)
+    got = np.asarray(mm(Wj, S))
+    np.testing.assert_allclose(got, W.T.astype(np.float64) @ S, rtol=1e-4, atol=1e-3)
+    weighted = np.asarray(xlakern.binary_densemm(Wj, v, transpose=True, weighted=True))
+    np.testing.assert_allclose(weighted, W.T.astype(np.float64) @ v, rtol=1e-4, atol=1e-3)
+    for b in (1, 2):
+        np.testing.assert_allclose(np.asarray(mv(Wj, S[:, b])), W.T.astype(np.float64) @ S[:, b], rtol=1e-4,
+                                   atol=1e-3)
+    major = int(str(jax.devices("gpu")[0].compute_capability).split(".")[0])
+    if cluster in ("2", "4", "16") and major >= 9:
+        np.testing.assert_array_equal(got, _slices_summed_in_order(W, S, int(cluster)))
+        np.testing.assert_array_equal(np.asarray(mm(Wj, S)), got)
+        np.testing.assert_array_equal(np.asarray(mv(Wj, S[:, 2])), _slices_summed_in_order(W, S[:, 2:3],
+                                                                                            int(cluster))[:, 0])
+
+
 def test_jitted_loop_clears_outputs_every_step(rng):
     """A 100-step scan: each step's scatter output must start from zero (buffers are reused)."""
     n, k, steps = 3000, 20, 100

@@ -259,6 +259,24 @@ void launch_after_clear(bool programmatic, void (*kernel)(Params...), dim3 grid,
   launch_with({after}, kernel, grid, block, smem, st, std::forward<Args>(args)...);
 }
 
+// Launches kernel(args...) on the stream with its blocks in clusters of cluster_z blocks along grid z
+// (sm_90 and up; gridDim.z a multiple of cluster_z). Over 8 a cluster is not portable: the kernel is
+// allowed it first, and false (nothing launched) if the runtime refuses.
+template <typename... Params, typename... Args>
+bool launch_in_clusters(unsigned cluster_z, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t st, Args&&... args) {
+  if (cluster_z > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = cluster_z;
+  launch_with({cluster}, kernel, grid, block, smem, st, std::forward<Args>(args)...);
+  return true;
+}
 #endif
 
 inline DType acc_dtype(DType w) { return w == DType::Float64 ? DType::Float64 : DType::Float32; }

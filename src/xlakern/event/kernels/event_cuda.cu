@@ -16,7 +16,9 @@
 //                   rows are split over grid z and the slices add into out atomically. A product whose
 //                   rows sit on 16-byte boundaries and has 2,048 threads of columns (times the
 //                   batch) or more takes dense_scatter_vec_kernel: 16 bytes of columns a thread,
-//                   a row slice's active rows listed at once, 8 rows' loads in flight.
+//                   a row slice's active rows listed at once, 8 rows' loads in flight; on sm_90 a
+//                   tile's 2 or 4 slices are a thread block cluster that sums them in shared memory
+//                   and writes out once (no clear, no atomics, the same bits every run).
 // Outputs the kernel accumulates into are cleared on XLA's stream first (clear_before_adds in
 // event_common.h: a kernel the accumulating one overlaps on sm_90, else cudaMemsetAsync), so the whole
 // call stays capturable in a CUDA graph.
@@ -24,6 +26,7 @@
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cooperative_groups.h>
 #include <algorithm>
 #include <cstdint>
 
@@ -307,10 +310,58 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_kernel(
 // flight. For its batch column (grid y), a block first lists the active rows of its row slice (up to
 // kSliceRows) in shared memory, every warp testing a contiguous share of the slice's spikes with all
 // its loads issued together, so the slice costs one spike latency and two barriers, not two barriers a
-// 256-row chunk; then its threads stream those rows. Slices add into out atomically (out was cleared).
-// Rows are summed in ascending order within a slice, as in dense_scatter_kernel.
+// 256-row chunk; then its threads stream those rows. Rows are summed in ascending order within a slice,
+// as in dense_scatter_kernel. Where the launcher puts a tile's slices in one thread block cluster
+// (sm_90), they are summed through distributed shared memory (sum_slices_in_cluster), and out is
+// written once, with no clear and no atomics; otherwise slices add into out atomically (out was
+// cleared).
 constexpr int kSliceRows = 4096;
 constexpr int kSliceChunks = kSliceRows / kThreads;  // spike loads a lane makes for its warp's share
+
+constexpr int kMaxClusterSlices = 16;  // the most blocks a cluster of dense_scatter_vec_kernel takes
+
+// Blocks in this block's cluster: 1 unless the kernel was launched in clusters (sm_90 and up).
+__device__ __forceinline__ unsigned blocks_in_cluster() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().num_blocks();
+#else
+  return 1;
+#endif
+}
+
+// The slices of one column tile, one block each in a cluster, sum their partials: every block puts its
+// threads' sums in its shared memory (`scratch`, whose earlier contents every thread has finished
+// with), then sums its share of the tile's columns over all the cluster's blocks, in rank order, and
+// stores it. The order is fixed, so the product is the same bit for bit on every run.
+template <typename A, int V>
+__device__ __forceinline__ void sum_slices_in_cluster(const A (&acc)[V], unsigned char* scratch, A* __restrict__ out,
+                                                      int64_t col0, int64_t ncols, int64_t batch, int64_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  constexpr int kTile = kThreads * V;  // columns of a block
+  static_assert(kTile * sizeof(A) <= kSliceRows * sizeof(int32_t), "the partials fit in the row list's memory");
+  A* partial = reinterpret_cast<A*>(scratch);
+  __syncthreads();  // the slice's row list, in the same memory, has been read
+#pragma unroll
+  for (int i = 0; i < V; ++i) partial[threadIdx.x * V + i] = acc[i];
+  cluster.sync();  // every block's partials are in place
+  const int blocks = int(cluster.num_blocks()), share = (kTile + blocks - 1) / blocks;
+  const int first = int(cluster.block_rank()) * share, last = min(kTile, first + share);
+  for (int e = first + int(threadIdx.x); e < last; e += kThreads) {
+    A part[kMaxClusterSlices];  // every block's partial is loaded before the first add: one latency, not 16
+#pragma unroll
+    for (int q = 0; q < kMaxClusterSlices; ++q)
+      if (q < blocks) part[q] = cluster.map_shared_rank(partial, q)[e];
+    A sum = A(0);
+#pragma unroll
+    for (int q = 0; q < kMaxClusterSlices; ++q)
+      if (q < blocks) sum += part[q];
+    if (col0 + e < ncols) out[(col0 + e) * batch + b] = sum;
+  }
+  cluster.sync();  // no block leaves while another still reads its partials
+#endif
+}
 
 template <typename W, typename S, bool Binary>
 __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
@@ -363,7 +414,6 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
     offset += __popc(masks[j]);
   }
   __syncthreads();
-  if (col >= ncols) return;
   A acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = A(0);
@@ -378,15 +428,21 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
   };
   // a round's loads are all issued before its adds, the last (partial) round's too: one memory latency
   // a round (a remainder walked row by row cost one a row: 2 us more at 4k rows, 5% active)
-  for (int k = 0; k < total; k += U) {
+  const int rows_here = col < ncols ? total : 0;  // a tile's last block may run past the columns
+  for (int k = 0; k < rows_here; k += U) {
     uint4 raw[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (k + u < total) raw[u] = __ldcs(reinterpret_cast<const uint4*>(base + int64_t(rows[k + u]) * ncols));
+      if (k + u < rows_here) raw[u] = __ldcs(reinterpret_cast<const uint4*>(base + int64_t(rows[k + u]) * ncols));
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (k + u < total) add_row(raw[u], Binary ? A(1) : vals[k + u]);
+      if (k + u < rows_here) add_row(raw[u], Binary ? A(1) : vals[k + u]);
   }
+  if (blocks_in_cluster() > 1) {
+    sum_slices_in_cluster(acc, slice_smem, out, int64_t(blockIdx.x) * kThreads * V, ncols, batch, b);
+    return;
+  }
+  if (col >= ncols) return;
   if (gridDim.z > 1) pdl_wait();  // the output's clear has finished (clear_before_adds; thread 0 holds the grid)
 #pragma unroll
   for (int i = 0; i < V; ++i) {
@@ -395,13 +451,31 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
   }
 }
 
+// Whether the slices of dense_scatter_vec_kernel sum their partials in clusters (one cluster a column
+// tile), else atomically into the cleared output: for 2 or 4 slices on sm_90 and up. On an H200 (graph
+// loops, 4k x 4k float32, batch 16) 4 slices in clusters took 12.1-12.8 us a step at 1% active against
+// 12.8-13.6 atomically; at 2 they tied, and at 8 and 16 the clusters lost (16 at 40k: 381 us against
+// 298), as a cluster's blocks wait for its slowest. XLAKERN_DENSE_CLUSTER = 1 turns clusters off; 2 puts
+// any 2, 4, 8 or 16 slices in clusters (bench/RESULTS.md, session 44).
+constexpr int kClusterSlicesByDefault = 4;
+inline bool slices_in_clusters(int64_t parts, const GpuLimits& gpu) {
+  const int forced = forced_choice("XLAKERN_DENSE_CLUSTER", {1, 2});
+  if (gpu.major < 9 || forced == 1 || parts < 2 || parts > kMaxClusterSlices || (parts & (parts - 1)) != 0)
+    return false;
+  return forced == 2 || parts <= kClusterSlicesByDefault;
+}
+
 // The launch of dense_scatter_vec_kernel, or false where it does not apply: rows not on 16-byte
 // boundaries, more rows than slices can take, more batch columns than grid y, or fewer than 2,048
 // threads' worth of columns over the batch (an mv of 4k float32 columns ran as fast or faster on the
 // one-column threads of dense_scatter_kernel, four times as many, on an H200; a batch of 16 there ran
-// ~10% faster here). Enough row slices to give the GPU about four blocks an SM beside the batch
-// columns' blocks (few columns mean more slices, each adding its sums atomically), at most kSliceRows
-// rows each.
+// ~10% faster here). Enough row slices to give the GPU about two blocks an SM beside the batch
+// columns' blocks (few columns mean more slices), at most kSliceRows rows each: every slice adds a
+// whole output's worth of partial sums, so slices cost more than the blocks they add. 4k x 4k float32,
+// batch 16 (4 slices where there were 9 at four blocks an SM) went from 16.6-17.7 to 12.8-13.6 us a step
+// at 1% active (H200, graph loops). A few slices sum in clusters (slices_in_clusters); the others add
+// into the cleared output atomically. XLAKERN_DENSE_SLICES = 1, 2, 4, ... 64 forces the slices (no
+// fewer than the rows need).
 template <typename W, typename S, bool Binary>
 bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type* out, int64_t nrows, int64_t ncols,
                               int64_t batch, SpikeRule<S, Binary> rule, cudaStream_t st) {
@@ -410,12 +484,18 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
   if (nrows == 0 || batch > 65535 || (ncols / V) * batch < 2048 || (ncols * int64_t(sizeof(W))) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return false;
+  const GpuLimits gpu = gpu_limits();
   const int64_t col_blocks = (ncols / V + kThreads - 1) / kThreads;
   const int64_t spread = col_blocks * batch;
-  const int64_t want = int64_t(gpu_limits().sms) * 4;
-  // slices of 256 rows or more, but no fewer slices than kSliceRows rows each need
+  const int64_t want = int64_t(gpu.sms) * 2;
+  // slices of 256 rows or more, a power of two (so that up to 16 can sum in a cluster), but no fewer
+  // than kSliceRows rows each need
+  const int64_t fewest = (nrows + kSliceRows - 1) / kSliceRows;
   int64_t parts = std::min<int64_t>((want + spread - 1) / spread, std::max<int64_t>(1, nrows / 256));
-  parts = std::max<int64_t>(parts, (nrows + kSliceRows - 1) / kSliceRows);
+  while (parts & (parts - 1)) parts &= parts - 1;  // the largest power of two not above it
+  if (const int forced = forced_choice("XLAKERN_DENSE_SLICES", {1, 2, 4, 8, 16, 32, 64})) parts = forced;
+  parts = std::max<int64_t>(parts, fewest);
+  const bool clustered = slices_in_clusters(parts, gpu);
   if (parts > 65535 || col_blocks > 0x7fffffff) return false;
   const int64_t rows_per_part = (nrows + parts - 1) / parts;
   const size_t smem = kSliceRows * (sizeof(int32_t) + (Binary ? 0 : sizeof(A)));
@@ -427,9 +507,13 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
     (void)cudaGetLastError();
     return false;
   }
-  const bool after_clear = parts > 1 && clear_before_adds(out, int64_t(ncols * batch * sizeof(A)), st, gpu_limits());
-  launch_after_clear(after_clear, kernel, dim3(unsigned(col_blocks), unsigned(batch), unsigned(parts)), dim3(kThreads),
-                     smem, st, w, spk, out, nrows, ncols, batch, rows_per_part, rule);
+  const dim3 grid{unsigned(col_blocks), unsigned(batch), unsigned(parts)};
+  if (clustered && launch_in_clusters(unsigned(parts), kernel, grid, dim3(kThreads), smem, st, w, spk, out, nrows,
+                                     ncols, batch, rows_per_part, rule))
+    return true;
+  const bool after_clear = parts > 1 && clear_before_adds(out, int64_t(ncols * batch * sizeof(A)), st, gpu);
+  launch_after_clear(after_clear, kernel, grid, dim3(kThreads), smem, st, w, spk, out, nrows, ncols, batch,
+                     rows_per_part, rule);
   return true;
 }
 
