@@ -257,7 +257,7 @@ def test_dense_scatter_slices_summed_in_clusters(rng, cluster, monkeypatch):
     cluster and sum their partials through distributed shared memory: the output is written once, with
     no clear and no atomic add. 3,000 x 8,200 float32 weights (the last block of a tile runs past the
     columns), batches of 16 (mm) and 1 (mv) with columns at 0%, 1%, 20% and 100% active, against float64
-    NumPy: in the launcher's own choice (on an H100 or H200, the mm's 2 slices in clusters and the mv's 8
+    NumPy: in the launcher's own choice (on an H100 or H200, the mm's 2 slices in clusters and the mv's 11
     added atomically), with clusters off (XLAKERN_DENSE_CLUSTER=1), and with 2, 4 and 16 slices forced into clusters
     (XLAKERN_DENSE_SLICES, XLAKERN_DENSE_CLUSTER=2). A cluster must give, bit for bit, the float32 sums in
     its fixed order (rows ascending within a slice, then slices in order), and the same bits on every

@@ -469,13 +469,14 @@ inline bool slices_in_clusters(int64_t parts, const GpuLimits& gpu) {
 // boundaries, more rows than slices can take, more batch columns than grid y, or fewer than 2,048
 // threads' worth of columns over the batch (an mv of 4k float32 columns ran as fast or faster on the
 // one-column threads of dense_scatter_kernel, four times as many, on an H200; a batch of 16 there ran
-// ~10% faster here). Enough row slices to give the GPU about two blocks an SM beside the batch
-// columns' blocks (few columns mean more slices), at most kSliceRows rows each: every slice adds a
-// whole output's worth of partial sums, so slices cost more than the blocks they add. 4k x 4k float32,
-// batch 16 (4 slices where there were 9 at four blocks an SM) went from 16.6-17.7 to 12.8-13.6 us a step
-// at 1% active (H200, graph loops). A few slices sum in clusters (slices_in_clusters); the others add
-// into the cleared output atomically. XLAKERN_DENSE_SLICES = 1, 2, 4, ... 64 forces the slices (no
-// fewer than the rows need).
+// ~10% faster here). Enough row slices to give the GPU about four blocks an SM (an mv) or two (a
+// batch) beside the batch columns' blocks (few columns mean more slices), at most kSliceRows rows each.
+// Every slice adds a whole output's worth of partial sums. A batch's blocks each stream few rows, so
+// there the adds cost more than the blocks gain: 4k x 4k float32, batch 16 (4 slices where there were
+// 9 at four blocks an SM) went from 16.6-17.7 to 12.8-13.6 us a step at 1% active. An mv's blocks
+// stream many: at 40k x 40k, 5% active, 10 slices took 104-106 us against 97-99 at 14 (H200, graph
+// loops). A few slices sum in clusters (slices_in_clusters); the others add into the cleared output
+// atomically. XLAKERN_DENSE_SLICES = 1, 2, 4, ... 64 forces the slices (no fewer than the rows need).
 template <typename W, typename S, bool Binary>
 bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type* out, int64_t nrows, int64_t ncols,
                               int64_t batch, SpikeRule<S, Binary> rule, cudaStream_t st) {
@@ -487,12 +488,13 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
   const GpuLimits gpu = gpu_limits();
   const int64_t col_blocks = (ncols / V + kThreads - 1) / kThreads;
   const int64_t spread = col_blocks * batch;
-  const int64_t want = int64_t(gpu.sms) * 2;
-  // slices of 256 rows or more, a power of two (so that up to 16 can sum in a cluster), but no fewer
-  // than kSliceRows rows each need
+  const int64_t want = int64_t(gpu.sms) * (batch > 1 ? 2 : 4);
+  // slices of 256 rows or more (for a batch, a power of two, so that a few can sum in a cluster), but no
+  // fewer than kSliceRows rows each need
   const int64_t fewest = (nrows + kSliceRows - 1) / kSliceRows;
   int64_t parts = std::min<int64_t>((want + spread - 1) / spread, std::max<int64_t>(1, nrows / 256));
-  while (parts & (parts - 1)) parts &= parts - 1;  // the largest power of two not above it
+  if (batch > 1)
+    while (parts & (parts - 1)) parts &= parts - 1;  // the largest power of two not above it
   if (const int forced = forced_choice("XLAKERN_DENSE_SLICES", {1, 2, 4, 8, 16, 32, 64})) parts = forced;
   parts = std::max<int64_t>(parts, fewest);
   const bool clustered = slices_in_clusters(parts, gpu);
