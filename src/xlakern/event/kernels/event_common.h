@@ -227,21 +227,19 @@ inline bool clear_before_adds(void* p, int64_t nbytes, cudaStream_t st, const Gp
   return true;
 }
 
-// Launches kernel(args...) on the stream with the given launch attributes (none, one or two).
+// Launches kernel(args...) on the stream, with one launch attribute unless `attr` is nullptr.
 template <typename... Params, typename... Args>
-void launch_with(std::initializer_list<cudaLaunchAttribute> attrs, void (*kernel)(Params...), dim3 grid, dim3 block,
-                 size_t smem, cudaStream_t st, Args&&... args) {
-  cudaLaunchAttribute list[2];
-  unsigned n = 0;
-  for (const cudaLaunchAttribute& a : attrs)
-    if (n < 2) list[n++] = a;
+void launch_with(const cudaLaunchAttribute* attr, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                 cudaStream_t st, Args&&... args) {
+  cudaLaunchAttribute one = {};
+  if (attr != nullptr) one = *attr;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
-  cfg.attrs = list;
-  cfg.numAttrs = n;
+  cfg.attrs = &one;
+  cfg.numAttrs = attr != nullptr ? 1u : 0u;
   XK_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
@@ -249,14 +247,10 @@ void launch_with(std::initializer_list<cudaLaunchAttribute> attrs, void (*kernel
 template <typename... Params, typename... Args>
 void launch_after_clear(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                         cudaStream_t st, Args&&... args) {
-  if (!programmatic) {
-    launch_with({}, kernel, grid, block, smem, st, std::forward<Args>(args)...);
-    return;
-  }
-  cudaLaunchAttribute after;
+  cudaLaunchAttribute after = {};
   after.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   after.val.programmaticStreamSerializationAllowed = 1;
-  launch_with({after}, kernel, grid, block, smem, st, std::forward<Args>(args)...);
+  launch_with(programmatic ? &after : nullptr, kernel, grid, block, smem, st, std::forward<Args>(args)...);
 }
 
 // Launches kernel(args...) on the stream with its blocks in clusters of cluster_z blocks along grid z
@@ -269,12 +263,12 @@ bool launch_in_clusters(unsigned cluster_z, void (*kernel)(Params...), dim3 grid
     (void)cudaGetLastError();
     return false;
   }
-  cudaLaunchAttribute cluster;
+  cudaLaunchAttribute cluster = {};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = 1;
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = cluster_z;
-  launch_with({cluster}, kernel, grid, block, smem, st, std::forward<Args>(args)...);
+  launch_with(&cluster, kernel, grid, block, smem, st, std::forward<Args>(args)...);
   return true;
 }
 #endif

@@ -652,9 +652,8 @@ int scatter_draws(int64_t ntable, int64_t gcols) {
 // 40k rows (16) 25 µs a step against 25-29 at the former 32, 400k rows (64) 68-72 against 75-78 at the
 // former 256; at 5%, 49-54 against 75-77 and 256-260 against 277 (bench/RESULTS.md, session 31).
 // XLAKERN_JITC_SCATTER_ROWS forces it.
-int scatter_rows(int64_t grows, int64_t batch_chunks, int team_warps) {
+int scatter_rows(int64_t grows, int64_t batch_chunks, int team_warps, int64_t sms) {
   if (const int rows = forced_choice("XLAKERN_JITC_SCATTER_ROWS", {1, 2, 4, 8, 16, 32, 64, 128, 256})) return rows;
-  const int64_t sms = gpu_limits().sms;
   auto blocks = [&](int64_t rows) { return (grows + rows - 1) / rows * batch_chunks; };
   int rows = 1;
   if (team_warps == kScatterWarps) {
@@ -668,8 +667,8 @@ int scatter_rows(int64_t grows, int64_t batch_chunks, int team_warps) {
 
 template <int T, int U, typename A, typename S, bool Binary>
 void launch_scatter(const Gen& g, const A* p, const A* q, const S* v, A* o, int64_t batch, SpikeRule<S, Binary> rule,
-                    unsigned chunks, bool after_clear, cudaStream_t st) {
-  const int rows = scatter_rows(g.grows, chunks, T);
+                    unsigned chunks, bool after_clear, const GpuLimits& gpu, cudaStream_t st) {
+  const int rows = scatter_rows(g.grows, chunks, T, gpu.sms);
   const dim3 grid(unsigned((g.grows + rows - 1) / rows), chunks);
   launch_after_clear(after_clear, scatter_kernel<T, U, A, S, Binary>, grid, dim3(kScatterThreads), 0, st, g, p, q,
                      v, o, batch, rule, rows);
@@ -824,7 +823,8 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   XK_CHECK(spikes.numel() == (transpose ? grows : gcols) * batch) << "spike count does not match the matrix";
   XK_CHECK(out.numel() == (transpose ? gcols : grows) * batch) << "output size does not match the matrix";
   if (out.numel() == 0) return;
-  const bool after_clear = transpose && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st, gpu_limits());
+  const GpuLimits gpu = transpose ? gpu_limits() : GpuLimits{};  // the scatter's (the gathers ask their own)
+  const bool after_clear = transpose && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st, gpu);
   if (grows == 0) return;
   const Gen g{seed.data_ptr<uint32_t>(), table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
   const unsigned chunks = unsigned((batch + kChunk - 1) / kChunk);  // the scatter's
@@ -844,10 +844,10 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       const bool vec = batch % kGatherChunk == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0;
       if (transpose) {
         switch (scatter_draws(g.ntable, gcols)) {
-          case 1024: launch_scatter<8, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, st); break;
-          case 512: launch_scatter<4, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, st); break;
-          case 128: launch_scatter<1, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, st); break;
-          default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, after_clear, st); break;
+          case 1024: launch_scatter<8, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, gpu, st); break;
+          case 512: launch_scatter<4, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, gpu, st); break;
+          case 128: launch_scatter<1, 4>(g, p, q, v, o, batch, rule, chunks, after_clear, gpu, st); break;
+          default: launch_scatter<1, 1>(g, p, q, v, o, batch, rule, chunks, after_clear, gpu, st); break;
         }
       } else if (batch == 1 && mv_fits_int32(g, rounds, lanes)) {
         if (lanes == 32 && rounds == 4) launch_gather_mv<32, 4>(g, p, q, v, o, rule, bits, log_keep, st);
