@@ -234,7 +234,11 @@ def test_delay_cuda_kernel_compiles():
 
 
 @pytest.mark.gpu
-def test_gpu_delay_matches_numpy():
+@pytest.mark.parametrize("rows_a_warp", ["", "1", "32"])
+def test_gpu_delay_matches_numpy(rows_a_warp, monkeypatch):
+    """Also with the rows a warp walks forced to one and to 32 (XLAKERN_SCATTER_ROWS)."""
+    if rows_a_warp:
+        monkeypatch.setenv("XLAKERN_SCATTER_ROWS", rows_a_warp)
     rng = np.random.default_rng()
     rows, cols, indptr, data, delays = network(rng)
     events = rng.random((STEPS, N_PRE)) < 0.2

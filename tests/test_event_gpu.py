@@ -49,6 +49,40 @@ def test_large_csr_and_fcn_both_orientations(rng, rate):
     np.testing.assert_allclose(np.asarray(out), expect_gather, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("rows_a_warp", ["1", "2", "4", "8", "16", "32"])
+def test_scatter_with_the_rows_a_warp_forced(rng, rows_a_warp, monkeypatch):
+    """The CSR and fixed-count scatters with the rows a warp walks forced (XLAKERN_SCATTER_ROWS), as the
+    launcher would pick them at other sizes: a warp reads one spike a lane for that many rows, then walks
+    the active ones. 5,003 rows (not a multiple of any choice), 3,001 columns, rows of 0 to 150 synapses
+    (CSR) or 70 (fixed count), an mv and a batch of 3, against NumPy in float64."""
+    monkeypatch.setenv("XLAKERN_SCATTER_ROWS", rows_a_warp)
+    nrows, ncols, k = 5003, 3001, 70
+    counts = rng.integers(0, 151, nrows)
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    idx = rng.integers(0, ncols, ptr[-1]).astype(np.int32)
+    data = rng.standard_normal(ptr[-1]).astype(np.float32)
+    rows = np.repeat(np.arange(nrows), counts)
+    f_idx = rng.integers(0, ncols, (nrows, k)).astype(np.int32)
+    f_data = rng.standard_normal((nrows, k)).astype(np.float32)
+    S = rng.random((nrows, 3)) < np.array([0.02, 0.3, 1.0])
+
+    def reference(s, r, c, w):
+        out = np.zeros(ncols)
+        np.add.at(out, c[s[r]], w[s[r]].astype(np.float64))
+        return out
+
+    csr = xlakern.CSR((data, idx, ptr), shape=(nrows, ncols))
+    fcn = xlakern.FixedNumPerPre((f_data, f_idx), shape=(nrows, ncols))
+    f_rows = np.repeat(np.arange(nrows), k)
+    for name, M, r, c, w in (("csr", csr, rows, idx, data),
+                             ("fcn", fcn, f_rows, f_idx.reshape(-1), f_data.reshape(-1))):
+        want = np.stack([reference(S[:, b], r, c, w) for b in range(3)], axis=1)
+        got_mv = np.asarray(xlakern.BinaryArray(S[:, 0]) @ M)
+        np.testing.assert_allclose(got_mv, want[:, 0], rtol=1e-5, atol=1e-4, err_msg=name)
+        got_mm = np.asarray(xlakern.BinaryArray(S.T) @ M).T
+        np.testing.assert_allclose(got_mm, want, rtol=1e-5, atol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("rate", [0.3, 0.01])
 @pytest.mark.parametrize("summary", ["", "1"])

@@ -286,7 +286,12 @@ def test_plasticity_cuda_kernel_compiles():
 
 
 @pytest.mark.gpu
-def test_gpu_stdp_matches_cpu():
+@pytest.mark.parametrize("rows_a_warp", ["", "1", "32"])
+def test_gpu_stdp_matches_cpu(rows_a_warp, monkeypatch):
+    """Also with the rows a warp walks forced to one and to 32 (XLAKERN_SCATTER_ROWS; the launcher picks
+    from the size, so the default covers one value only)."""
+    if rows_a_warp:
+        monkeypatch.setenv("XLAKERN_SCATTER_ROWS", rows_a_warp)
     gpu = jax.devices("gpu")[0]
     rng = np.random.default_rng()
     mask, w = network(rng)

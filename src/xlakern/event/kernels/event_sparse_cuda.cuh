@@ -120,8 +120,10 @@ inline unsigned grid_y(int64_t batch) { return unsigned(batch < 65535 ? batch : 
 inline unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
 
 // Rows a scatter's warp takes: as many (a power of two, at most 32) as still leaves about 48 warps an
-// SM (a full H100 holds 64).
+// SM (a full H100 holds 64). XLAKERN_SCATTER_ROWS (1, 2, 4, ..., 32) forces it, for the CSR and
+// fixed-count scatters, plasticity and delays alike.
 inline int scatter_rows_per_warp(int64_t nrows, int64_t batch, const GpuLimits& gpu) {
+  if (const int forced = forced_choice("XLAKERN_SCATTER_ROWS", {1, 2, 4, 8, 16, 32})) return forced;
   int rows_per_warp = 1;
   const int64_t want_warps = int64_t(gpu.sms) * 48, spread = nrows * int64_t(grid_y(batch));
   while (rows_per_warp < 32 && spread / (2 * rows_per_warp) >= want_warps) rows_per_warp *= 2;
