@@ -243,9 +243,9 @@ def section(platform: str, args) -> list[Table]:
                 if be_steps is not None:
                     be_steps["s @ dense"] = (lambda s, D: brainevent.binary_densemv(D, s, transpose=True), dense)
                     be_steps["S16 @ dense"] = (lambda s, D: brainevent.binary_densemm(D, s, transpose=True), dense)
-            for rate in RATES:
+            for rate in args.rates:
                 hashed = rate if args.graph_loops else None
-                S = hashed_trains(STEPS, n, rate) if hashed else spike_trains(n, rate)
+                S = hashed_trains(STEPS, n, rate) if hashed is not None else spike_trains(n, rate)
                 log(f"{platform} N={n} rate={rate}")
                 cells, data, checks = [f"{n:,}", f"{rate:.0%}"], {"n": n, "rate": rate}, []
                 xk_scatter = None
@@ -254,7 +254,7 @@ def section(platform: str, args) -> list[Table]:
                         cells += ["—", "—", ""]
                         continue
                     nb = BATCHED.get(col)
-                    Sc = S if nb is None else (hashed_trains(STEPS, n, rate, nb) if hashed else
+                    Sc = S if nb is None else (hashed_trains(STEPS, n, rate, nb) if hashed is not None else
                                                jnp.asarray(np.random.default_rng(2).random((STEPS, n, nb)) < rate))
                     xc, xt, xo = per_step_cell(lambda: scan_loop(xk_steps[col], n, hashed, nb), Sc, args.runs,
                                                args.budget)
@@ -305,6 +305,8 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs="*", help="override N (default: 4k..4M GPU, 4k, 40k CPU)")
     ap.add_argument("--columns", nargs="*", choices=COLUMNS, metavar="COLUMN",
                     help=f"time only these products (default: all of {', '.join(COLUMNS)})")
+    ap.add_argument("--rates", type=float, nargs="*", default=list(RATES),
+                    help="shares of neurons spiking (default 0.01 0.05); 0 times a step's fixed cost")
     ap.add_argument("--platforms", nargs="*", default=None, help="cpu and/or gpu (default: both where present)")
     ap.add_argument("--unroll", type=int, default=1,
                     help="lax.scan unroll (default 1); a larger one removes the loop's per-step overhead from "
