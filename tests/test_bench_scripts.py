@@ -23,8 +23,9 @@ def _run(args, tmp_path, timeout=600):
 def test_bench_event_runs(tmp_path):
     js = tmp_path / "event.json"
     text = _run(["bench/bench_event.py", "--platforms", "cpu", "--sizes", "600", "--runs", "1", "--budget", "0.05",
-                 "--json", str(js)], tmp_path)
-    assert "| 600 |" in text
+                 "--rates", "0", "0.05", "--json", str(js)], tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith("| 600 |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["0%", "5%"] and all(r.endswith("| ok |") for r in rows), rows
     assert json.loads(js.read_text())
 
 
