@@ -14,7 +14,8 @@ code and no extra arithmetic is timed; each step's spikes also wait on the last 
 unrolled body keeps every product). Connectivity: N neurons, K = 80 random targets per
 neuron, float32 weights, int32 indices; the same arrays serve every library.
 
-Rows: N = 4k, 40k, 400k, 4M on the GPU (4k, 40k on the CPU), 1% and 5% of neurons spiking.
+Rows: N = 4k, 40k, 400k, 4M on the GPU (4k, 40k on the CPU), 1% and 5% of neurons spiking (``--rates``;
+0 times what a step costs with no spike).
 Columns:
   s @ CSR     ``BinaryArray(s) @ CSR`` (scatter: only rows of active neurons are read)
   CSR @ s     ``CSR @ BinaryArray(s)`` (gather: every row is read)
