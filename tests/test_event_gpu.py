@@ -83,6 +83,64 @@ def test_scatter_with_the_rows_a_warp_forced(rng, rows_a_warp, monkeypatch):
         np.testing.assert_allclose(got_mm, want, rtol=1e-5, atol=1e-4, err_msg=name)
 
 
+@pytest.mark.parametrize("walk", ["", "1"], ids=["mv32", "64-bit"])
+@pytest.mark.parametrize("wdtype", [np.float16, np.float32, np.float64])
+def test_scatter_mv_in_32_and_64_bit_arithmetic(rng, walk, wdtype, monkeypatch):
+    """An mv scatter with int32 indices takes the 32-bit walk unless XLAKERN_SCATTER_MV32=1 forces the
+    64-bit one; both must give NumPy's float64 sums. Rows of 0-150 synapses, some indices out of range
+    (negative, at ncols, near 2^31: dropped), an indptr that decreases in places and overshoots nse
+    (clamped), bool and float spikes, one weight per synapse and a shared one, fixed-count rows of 70 and 0."""
+    monkeypatch.setenv("XLAKERN_SCATTER_MV32", walk)
+    nrows, ncols, k = 7001, 2999, 70
+    counts = rng.integers(0, 151, nrows)
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    nse = int(ptr[-1])
+    idx = rng.integers(0, ncols, nse).astype(np.int32)
+    bad = rng.choice(nse, 50, replace=False)
+    idx[bad] = rng.choice(np.array([-1, -7, ncols, ncols + 3, 2**31 - 1], np.int32), 50)
+    data = rng.standard_normal(nse).astype(wdtype)
+    messy = ptr.copy()
+    messy[100] = messy[99] - 5  # row 99 ends before it starts: empty; row 100 starts earlier
+    messy[-1] = nse + 40  # the last row runs past nse: clamped to it
+    ptr32, messy32 = ptr.astype(np.int32), messy.astype(np.int32)
+    rows = np.repeat(np.arange(nrows), counts)
+    tol = dict(rtol=1e-5, atol=1e-4) if wdtype != np.float16 else dict(rtol=2e-3, atol=2e-2)
+
+    def reference(value, r, c, w):  # value: each row's factor (0 where the row is silent)
+        keep = (c >= 0) & (c < ncols)
+        out = np.zeros(ncols)
+        np.add.at(out, c[keep], (w.astype(np.float64) * value[r])[keep])
+        return out
+
+    b_spk = rng.random(nrows) < 0.03
+    f_spk = np.where(rng.random(nrows) < 0.5, rng.standard_normal(nrows), 0).astype(np.float32)
+    # the messy indptr, read as the kernels clamp it: [clamp(ptr[r]), max(clamp(ptr[r]), clamp(ptr[r+1])))
+    lo = np.clip(messy[:-1], 0, nse)
+    hi = np.maximum(lo, np.clip(messy[1:], 0, nse))
+    m_rows = np.concatenate([np.full(h - l, r) for r, (l, h) in enumerate(zip(lo, hi))]).astype(np.int64)
+    m_slots = np.concatenate([np.arange(l, h) for l, h in zip(lo, hi)]).astype(np.int64)
+    for spk in (b_spk, f_spk):
+        value = spk.astype(np.float64)
+        binary = spk.dtype == bool
+        got = xlakern.csrmv(data, idx, ptr32, spk, shape=(nrows, ncols), transpose=True) if not binary else \
+            xlakern.binary_csrmv(data, idx, ptr32, spk, shape=(nrows, ncols), transpose=True)
+        np.testing.assert_allclose(np.asarray(got, np.float64), reference(value, rows, idx, data), **tol)
+        got = xlakern.binary_csrmv(data, idx, messy32, b_spk, shape=(nrows, ncols), transpose=True)
+        want = reference(b_spk.astype(np.float64), m_rows, idx[m_slots], data[m_slots])
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
+        shared = np.asarray([1.5], wdtype)
+        got = xlakern.binary_csrmv(shared, idx, ptr32, b_spk, shape=(nrows, ncols), transpose=True)
+        want = reference(b_spk.astype(np.float64), rows, idx, np.full(nse, 1.5))
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
+    for kk in (k, 0):
+        f_idx = rng.integers(-2, ncols + 2, (nrows, kk)).astype(np.int32)
+        f_data = rng.standard_normal((nrows, kk)).astype(wdtype)
+        got = xlakern.fcnmv(f_data, f_idx, f_spk, shape=(nrows, ncols), transpose=True)
+        want = reference(f_spk.astype(np.float64), np.repeat(np.arange(nrows), kk), f_idx.reshape(-1),
+                         f_data.reshape(-1))
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
+
+
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("rate", [0.3, 0.01])
 @pytest.mark.parametrize("summary", ["", "1"])

@@ -8,7 +8,8 @@
 //   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
 //                   lanes read the spikes coalesced, a ballot names the active rows, then the
 //                   whole warp walks each active row's synapses, 128 loads in flight a round, and
-//                   atomically adds into out (inactive rows cost one coalesced read).
+//                   atomically adds into out (inactive rows cost one coalesced read). An mv with
+//                   int32 indices walks in 32-bit arithmetic (sparse_scatter_mv32_kernel).
 //   dense gather    one warp per (row, batch column), skipping inactive columns.
 //   dense scatter   one thread per output column; each block compacts the active rows of a
 //                   256-row chunk into shared memory (ballot prefix) and every thread sums those
@@ -29,6 +30,7 @@
 #include <cooperative_groups.h>
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "event_common.h"
 #include "event_sparse_cuda.cuh"
@@ -555,8 +557,17 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
     using S = typename decltype(stag)::type;
     const I* ptr = nconn >= 0 ? nullptr : indptr.data_ptr<I>();
     const I* no_perm = nullptr;
+    constexpr bool kBinary = decltype(rule)::kBinary;
+    if constexpr (std::is_same_v<I, int32_t>) {
+      if (transpose && scatter_mv32_fits(nrows, ncols, nse, batch)) {
+        launch_after_clear(launch.after_clear, sparse_scatter_mv32_kernel<W, S, kBinary>, grid, dim3(kThreads), 0, st,
+                           data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(), out.data_ptr<A>(),
+                           int32_t(nrows), int32_t(ncols), int32_t(nse), int32_t(nconn), homo, rule, rows_per_warp);
+        return;
+      }
+    }
     if (transpose)
-      launch_after_clear(launch.after_clear, sparse_scatter_kernel<false, W, I, S, decltype(rule)::kBinary>, grid,
+      launch_after_clear(launch.after_clear, sparse_scatter_kernel<false, W, I, S, kBinary>, grid,
                          dim3(kThreads), 0, st, data.data_ptr<W>(), no_perm, indices.data_ptr<I>(), ptr,
                          spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
                          rows_per_warp);
