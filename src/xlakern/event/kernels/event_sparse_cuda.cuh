@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
   }
 }
 
-// Whether the mv32 scatter serves a matrix (with 256 to spare, so that no row, slot or round overflows).
+// Whether the mv32 scatter serves a matrix (with 512 to spare, so that no row, slot or round overflows).
 inline bool scatter_mv32_fits(int64_t nrows, int64_t ncols, int64_t nse, int64_t batch) {
   constexpr int64_t kMost = (int64_t(1) << 31) - 512;
   return batch == 1 && nrows < kMost && ncols < kMost && nse < kMost &&
