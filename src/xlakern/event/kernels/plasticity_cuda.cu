@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <type_traits>
 
 #include "event_common.h"
 #include "event_sparse_cuda.cuh"
@@ -69,6 +70,69 @@ __global__ void __launch_bounds__(kThreads) update_kernel(W* w, const I* idx, co
   }
 }
 
+// update_kernel's stored-layout form (CSR, CSC view, fixed count) with int32 indices, for rows, columns and
+// weights under 2^31 (plastic32_fits): the same walk in 32-bit arithmetic, the layout's branches decided at
+// compile time. The 64-bit walk spends most of an active row's chain on index arithmetic (the scatter's
+// mv32 kernel, session 46).
+template <typename W, typename S, bool B, bool Permuted>
+__global__ void __launch_bounds__(kThreads) update_kernel32(W* w, const int32_t* idx, const int32_t* indptr,
+                                                            const int32_t* perm, const S* spk, const W* trace,
+                                                            const W* bounds, int32_t nrows, int32_t ncols, int32_t nse,
+                                                            int32_t nconn, SpikeRule<S, B> rule, int rows_per_warp) {
+  const int32_t first_row = (int32_t(blockIdx.x) * kWarps + int32_t(threadIdx.x >> 5)) * rows_per_warp;
+  const int lane = int(threadIdx.x) & 31;
+  if (first_row >= nrows) return;  // (the whole warp)
+  const int32_t mine = first_row + lane;
+  const bool on = lane < rows_per_warp && mine < nrows && rule.active(spk[mine]);
+  unsigned pending = __ballot_sync(0xffffffffu, on);
+  if (pending == 0) return;
+  const W lo = bounds[0], hi = bounds[1];
+  while (pending) {
+    const int src = __ffs(pending) - 1;
+    pending &= pending - 1;
+    const int32_t r = first_row + src;
+    int32_t begin, end;
+    if (nconn >= 0) {
+      begin = r * nconn;
+      end = begin + nconn;
+    } else {  // clamped into [0, nse], as row_range does
+      const int32_t b = indptr[r], e = indptr[r + 1];
+      begin = b < 0 ? 0 : (b > nse ? nse : b);
+      end = e < begin ? begin : (e > nse ? nse : e);
+    }
+    for (int32_t p0 = begin + lane; p0 < end; p0 += kRound * 32) {
+      int32_t c[kRound], pos[kRound];
+      bool in[kRound];
+      W x[kRound], t[kRound];
+#pragma unroll
+      for (int u = 0; u < kRound; ++u) {
+        const int32_t p = p0 + u * 32;
+        pos[u] = p < end ? (Permuted ? perm[p] : p) : -1;
+        c[u] = p < end ? idx[p] : -1;
+        in[u] = uint32_t(pos[u]) < uint32_t(nse);
+      }
+#pragma unroll
+      for (int u = 0; u < kRound; ++u)
+        if (in[u]) x[u] = w[pos[u]];
+#pragma unroll
+      for (int u = 0; u < kRound; ++u) {
+        in[u] = in[u] && uint32_t(c[u]) < uint32_t(ncols);
+        if (in[u]) t[u] = trace[c[u]];
+      }
+#pragma unroll
+      for (int u = 0; u < kRound; ++u)
+        if (in[u]) w[pos[u]] = clip(W(x[u] + t[u]), lo, hi);
+    }
+  }
+}
+
+// Whether update_kernel32 serves an update (with 512 to spare, so that no row, slot or round overflows).
+inline bool plastic32_fits(const Rows& g) {
+  constexpr int64_t kMost = (int64_t(1) << 31) - 512;
+  return g.mode == kSparse && g.nrows < kMost && g.ncols < kMost && g.nse < kMost &&
+         forced_choice("XLAKERN_PLASTIC_32", {1, 2}) != 1;
+}
+
 }  // namespace
 
 // @xk plastic_update arg arg arg arg arg arg arg ret attr.ncols:int64 attr.nconn:int64 attr.mode:int64 attr.row_stride:int64 attr.col_stride:int64 attr.permuted:bool stream
@@ -92,6 +156,17 @@ void plastic_update(const xk::Tensor weight, const xk::Tensor indices, const xk:
       dispatch_spikes(spikes, true, dt, [&](auto stag, auto rule) {
         using S = typename decltype(stag)::type;
         const I* ptr = (mode == kDense || nconn >= 0) ? nullptr : indptr.data_ptr<I>();
+        if constexpr (std::is_same_v<I, int32_t>) {
+          if (plastic32_fits(g)) {
+            auto kernel = permuted ? update_kernel32<W, S, decltype(rule)::kBinary, true>
+                                   : update_kernel32<W, S, decltype(rule)::kBinary, false>;
+            kernel<<<blocks, kThreads, 0, st>>>(out.data_ptr<W>(), indices.data_ptr<I>(), ptr,
+                                                permuted ? perm.data_ptr<I>() : nullptr, spikes.data_ptr<S>(),
+                                                trace.data_ptr<W>(), bounds.data_ptr<W>(), int32_t(g.nrows),
+                                                int32_t(g.ncols), int32_t(g.nse), int32_t(nconn), rule, rows_per_warp);
+            return;
+          }
+        }
         update_kernel<<<blocks, kThreads, 0, st>>>(out.data_ptr<W>(), indices.data_ptr<I>(), ptr,
                                                    permuted ? perm.data_ptr<I>() : nullptr, spikes.data_ptr<S>(),
                                                    trace.data_ptr<W>(), bounds.data_ptr<W>(), g, rule,
