@@ -86,11 +86,11 @@ def test_scatter_with_the_rows_a_warp_forced(rng, rows_a_warp, monkeypatch):
 @pytest.mark.parametrize("walk", ["", "1"], ids=["mv32", "64-bit"])
 @pytest.mark.parametrize("wdtype", [np.float16, np.float32, np.float64])
 def test_scatter_mv_in_32_and_64_bit_arithmetic(rng, walk, wdtype, monkeypatch):
-    """An mv scatter with int32 indices takes the 32-bit walk unless XLAKERN_SCATTER_MV32=1 forces the
+    """An mv scatter with int32 indices takes the 32-bit walk unless XLAKERN_WALK32=1 forces the
     64-bit one; both must give NumPy's float64 sums. Rows of 0-150 synapses, some indices out of range
     (negative, at ncols, near 2^31: dropped), an indptr that decreases in places and overshoots nse
     (clamped), bool and float spikes, one weight per synapse and a shared one, fixed-count rows of 70 and 0."""
-    monkeypatch.setenv("XLAKERN_SCATTER_MV32", walk)
+    monkeypatch.setenv("XLAKERN_WALK32", walk)
     nrows, ncols, k = 7001, 2999, 70
     counts = rng.integers(0, 151, nrows)
     ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

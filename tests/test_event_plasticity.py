@@ -291,10 +291,10 @@ def test_plasticity_cuda_kernel_compiles():
 def test_gpu_stdp_matches_cpu(rows_a_warp, walk, monkeypatch):
     """Also with the rows a warp walks forced to one and to 32 (XLAKERN_SCATTER_ROWS; the launcher picks
     from the size, so the default covers one value only), and with the 64-bit walk forced
-    (XLAKERN_PLASTIC_32=1; int32 indices take the 32-bit one)."""
+    (XLAKERN_WALK32=1; int32 indices take the 32-bit one)."""
     if rows_a_warp:
         monkeypatch.setenv("XLAKERN_SCATTER_ROWS", rows_a_warp)
-    monkeypatch.setenv("XLAKERN_PLASTIC_32", walk)
+    monkeypatch.setenv("XLAKERN_WALK32", walk)
     gpu = jax.devices("gpu")[0]
     rng = np.random.default_rng()
     mask, w = network(rng)

@@ -559,7 +559,7 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
     const I* no_perm = nullptr;
     constexpr bool kBinary = decltype(rule)::kBinary;
     if constexpr (std::is_same_v<I, int32_t>) {
-      if (transpose && scatter_mv32_fits(nrows, ncols, nse, batch)) {
+      if (transpose && batch == 1 && walk32_fits({nrows, ncols, nse})) {
         launch_after_clear(launch.after_clear, sparse_scatter_mv32_kernel<W, S, kBinary>, grid, dim3(kThreads), 0, st,
                            data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(), out.data_ptr<A>(),
                            int32_t(nrows), int32_t(ncols), int32_t(nse), int32_t(nconn), homo, rule, rows_per_warp);

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
 }
 
 // sparse_scatter_kernel's mv form with int32 indices, for matrices whose rows, columns and slots fit in
-// 31 bits (scatter_mv32_fits): the same walk in 32-bit arithmetic, without a batch stride. At 400k rows
+// 31 bits (walk32_fits): the same walk in 32-bit arithmetic, without a batch stride. At 400k rows
 // and 1% active an H200 step waits mostly on the instructions and loads of a few active rows one after
 // another, and the 64-bit walk spends about a third more instructions on each (session 46).
 template <typename W, typename S, bool Binary>
@@ -143,14 +143,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
     const int32_t r = first_row + src;
     const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
     int32_t begin, end;
-    if (nconn >= 0) {
-      begin = r * nconn;
-      end = begin + nconn;
-    } else {  // clamped into [0, nse], as row_range does
-      const int32_t b = indptr[r], e = indptr[r + 1];
-      begin = b < 0 ? 0 : (b > nse ? nse : b);
-      end = e < begin ? begin : (e > nse ? nse : e);
-    }
+    row_range(indptr, nconn, nse, r, begin, end);
     for (int32_t p0 = begin + lane; p0 < end; p0 += U * 32) {
       int32_t j[U];
       A wv[U];
@@ -166,13 +159,6 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
         if (uint32_t(j[u]) < uint32_t(ncols)) atomicAdd(out + j[u], wv[u] * v);  // else dropped
     }
   }
-}
-
-// Whether the mv32 scatter serves a matrix (with 512 to spare, so that no row, slot or round overflows).
-inline bool scatter_mv32_fits(int64_t nrows, int64_t ncols, int64_t nse, int64_t batch) {
-  constexpr int64_t kMost = (int64_t(1) << 31) - 512;
-  return batch == 1 && nrows < kMost && ncols < kMost && nse < kMost &&
-         forced_choice("XLAKERN_SCATTER_MV32", {1, 2}) != 1;
 }
 
 // Blocks along y cover batch columns (the kernels stride over the rest).

@@ -47,18 +47,26 @@ __device__ inline void update_row_warp(W* w, const I* idx, const I* perm, const 
   }
 }
 
-// (kThreads, a block's, is the sparse kernels' 256: event_sparse_cuda.cuh)
+// This warp's rows are [first_row, first_row + rows_per_warp) (P: the positions' type); returns the ballot
+// of those whose neuron spiked, one coalesced load of their spikes.
+template <typename P, typename S, bool B>
+__device__ __forceinline__ unsigned warp_active_rows(const S* spk, P nrows, int rows_per_warp,
+                                                     const SpikeRule<S, B>& rule, P& first_row) {
+  // (kThreads, a block's, is the sparse kernels' 256: event_sparse_cuda.cuh)
+  first_row = (P(blockIdx.x) * kWarps + P(threadIdx.x >> 5)) * rows_per_warp;
+  const int lane = int(threadIdx.x) & 31;
+  const P mine = first_row + lane;
+  return __ballot_sync(0xffffffffu, lane < rows_per_warp && mine < nrows && rule.active(spk[mine]));
+}
+
 template <typename W, typename I, typename S, bool B>
 __global__ void __launch_bounds__(kThreads) update_kernel(W* w, const I* idx, const I* indptr, const I* perm,
                                                           const S* spk, const W* trace, const W* bounds, Rows g,
                                                           SpikeRule<S, B> rule, int rows_per_warp) {
-  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
-  const int lane = int(threadIdx.x) & 31;
-  if (first_row >= g.nrows) return;  // (the whole warp)
-  const int64_t mine = first_row + lane;
-  const bool on = lane < rows_per_warp && mine < g.nrows && rule.active(spk[mine]);
-  unsigned pending = __ballot_sync(0xffffffffu, on);
+  int64_t first_row;
+  unsigned pending = warp_active_rows(spk, g.nrows, rows_per_warp, rule, first_row);
   if (pending == 0) return;
+  const int lane = int(threadIdx.x) & 31;
   const W lo = bounds[0], hi = bounds[1];
   while (pending) {
     const int src = __ffs(pending) - 1;
@@ -71,7 +79,7 @@ __global__ void __launch_bounds__(kThreads) update_kernel(W* w, const I* idx, co
 }
 
 // update_kernel's stored-layout form (CSR, CSC view, fixed count) with int32 indices, for rows, columns and
-// weights under 2^31 (plastic32_fits): the same walk in 32-bit arithmetic, the layout's branches decided at
+// weights under 2^31 (walk32_fits): the same walk in 32-bit arithmetic, the layout's branches decided at
 // compile time. The 64-bit walk spends most of an active row's chain on index arithmetic (the scatter's
 // mv32 kernel, session 46).
 template <typename W, typename S, bool B, bool Permuted>
@@ -79,27 +87,17 @@ __global__ void __launch_bounds__(kThreads) update_kernel32(W* w, const int32_t*
                                                             const int32_t* perm, const S* spk, const W* trace,
                                                             const W* bounds, int32_t nrows, int32_t ncols, int32_t nse,
                                                             int32_t nconn, SpikeRule<S, B> rule, int rows_per_warp) {
-  const int32_t first_row = (int32_t(blockIdx.x) * kWarps + int32_t(threadIdx.x >> 5)) * rows_per_warp;
-  const int lane = int(threadIdx.x) & 31;
-  if (first_row >= nrows) return;  // (the whole warp)
-  const int32_t mine = first_row + lane;
-  const bool on = lane < rows_per_warp && mine < nrows && rule.active(spk[mine]);
-  unsigned pending = __ballot_sync(0xffffffffu, on);
+  int32_t first_row;
+  unsigned pending = warp_active_rows(spk, nrows, rows_per_warp, rule, first_row);
   if (pending == 0) return;
+  const int lane = int(threadIdx.x) & 31;
   const W lo = bounds[0], hi = bounds[1];
   while (pending) {
     const int src = __ffs(pending) - 1;
     pending &= pending - 1;
     const int32_t r = first_row + src;
     int32_t begin, end;
-    if (nconn >= 0) {
-      begin = r * nconn;
-      end = begin + nconn;
-    } else {  // clamped into [0, nse], as row_range does
-      const int32_t b = indptr[r], e = indptr[r + 1];
-      begin = b < 0 ? 0 : (b > nse ? nse : b);
-      end = e < begin ? begin : (e > nse ? nse : e);
-    }
+    row_range(indptr, nconn, nse, r, begin, end);
     for (int32_t p0 = begin + lane; p0 < end; p0 += kRound * 32) {
       int32_t c[kRound], pos[kRound];
       bool in[kRound];
@@ -126,13 +124,6 @@ __global__ void __launch_bounds__(kThreads) update_kernel32(W* w, const int32_t*
   }
 }
 
-// Whether update_kernel32 serves an update (with 512 to spare, so that no row, slot or round overflows).
-inline bool plastic32_fits(const Rows& g) {
-  constexpr int64_t kMost = (int64_t(1) << 31) - 512;
-  return g.mode == kSparse && g.nrows < kMost && g.ncols < kMost && g.nse < kMost &&
-         forced_choice("XLAKERN_PLASTIC_32", {1, 2}) != 1;
-}
-
 }  // namespace
 
 // @xk plastic_update arg arg arg arg arg arg arg ret attr.ncols:int64 attr.nconn:int64 attr.mode:int64 attr.row_stride:int64 attr.col_stride:int64 attr.permuted:bool stream
@@ -157,7 +148,7 @@ void plastic_update(const xk::Tensor weight, const xk::Tensor indices, const xk:
         using S = typename decltype(stag)::type;
         const I* ptr = (mode == kDense || nconn >= 0) ? nullptr : indptr.data_ptr<I>();
         if constexpr (std::is_same_v<I, int32_t>) {
-          if (plastic32_fits(g)) {
+          if (g.mode == kSparse && walk32_fits({g.nrows, g.ncols, g.nse})) {
             auto kernel = permuted ? update_kernel32<W, S, decltype(rule)::kBinary, true>
                                    : update_kernel32<W, S, decltype(rule)::kBinary, false>;
             kernel<<<blocks, kThreads, 0, st>>>(out.data_ptr<W>(), indices.data_ptr<I>(), ptr,
