@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <type_traits>
 
 #include "event_common.h"
 #include "event_sparse_cuda.cuh"
@@ -26,42 +27,46 @@ __device__ __forceinline__ int32_t arrival_slot(int32_t t0, int32_t d, int32_t n
   return s >= nslots ? s - nslots : s;
 }
 
-// (kThreads, a block's, is the sparse kernels' 256: event_sparse_cuda.cuh)
-template <typename W, typename I, typename S, bool B>
+// P is the positions' type: int32_t where rows, columns, synapses and ring entries fit (walk32_fits),
+// which takes an active row in fewer instructions, else int64_t. (kThreads, a block's, is the sparse
+// kernels' 256: event_sparse_cuda.cuh)
+template <typename P, typename W, typename I, typename S, bool B>
 __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev, const W* data, const I* idx,
                                                            const I* indptr, const int32_t* delays, const int32_t* t,
-                                                           Ring g, SpikeRule<S, B> rule, int rows_per_warp) {
-  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
+                                                           P nrows, P ncols, P nse, int32_t nslots, bool homo,
+                                                           SpikeRule<S, B> rule, int rows_per_warp) {
+  using U = std::make_unsigned_t<P>;
+  const P first_row = (P(blockIdx.x) * kWarps + P(threadIdx.x >> 5)) * rows_per_warp;
   const int lane = int(threadIdx.x) & 31;
-  if (first_row >= g.nrows) return;  // (the whole warp)
-  const int64_t mine = first_row + lane;
-  const bool mine_ok = lane < rows_per_warp && mine < g.nrows;
+  if (first_row >= nrows) return;  // (the whole warp)
+  const P mine = first_row + lane;
+  const bool mine_ok = lane < rows_per_warp && mine < nrows;
   const int32_t step = *t;  // (issued beside the events' load)
   const S x = mine_ok ? ev[mine] : S(0);
   unsigned pending = __ballot_sync(0xffffffffu, rule.active(x));
   if (pending == 0) return;
-  const int32_t nslots = int32_t(g.nslots), t0 = int32_t(floor_mod(int64_t(step), g.nslots));
+  const int32_t t0 = int32_t(floor_mod(int64_t(step), int64_t(nslots)));
   while (pending) {
     const int src = __ffs(pending) - 1;
     pending &= pending - 1;
     const W f = __shfl_sync(0xffffffffu, rule.template value<W>(x), src);
-    int64_t begin, end;
-    row_range(indptr, -1, g.nse, first_row + src, begin, end);
-    for (int64_t e0 = begin; e0 < end; e0 += kRound * 32) {
-      int64_t c[kRound];
+    P begin, end;
+    row_range(indptr, -1, nse, first_row + src, begin, end);
+    for (P e0 = begin + lane; e0 < end; e0 += kRound * 32) {
+      P c[kRound];
       int32_t slot[kRound];
       W w[kRound];
 #pragma unroll
       for (int u = 0; u < kRound; ++u) {
-        const int64_t e = e0 + u * 32 + lane;
-        c[u] = e < end ? int64_t(idx[e]) : int64_t(-1);
+        const P e = e0 + u * 32;
+        c[u] = e < end ? P(idx[e]) : P(-1);
         slot[u] = e < end ? arrival_slot(t0, delays[e], nslots) : 0;
-        w[u] = e < end ? (g.homo ? data[0] : data[e]) : W(0);
+        w[u] = e < end ? (homo ? data[0] : data[e]) : W(0);
       }
 #pragma unroll
       for (int u = 0; u < kRound; ++u)
-        if (uint64_t(c[u]) < uint64_t(g.ncols))  // (else skipped)
-          atomicAdd(ring + int64_t(slot[u]) * g.ncols + c[u], w[u] * f);
+        if (U(c[u]) < U(ncols))  // (else skipped)
+          atomicAdd(ring + P(slot[u]) * ncols + c[u], w[u] * f);
     }
   }
 }
@@ -85,10 +90,18 @@ void delay_deliver(const xk::Tensor ring, const xk::Tensor events, const xk::Ten
       using I = typename decltype(it)::type;
       dispatch_spikes(events, !weighted, ring.dtype(), [&](auto stag, auto rule) {
         using S = typename decltype(stag)::type;
-        deliver_kernel<<<blocks, kThreads, 0, st>>>(out.data_ptr<W>(), events.data_ptr<S>(), data.data_ptr<W>(),
-                                                    indices.data_ptr<I>(), indptr.data_ptr<I>(),
-                                                    delays.data_ptr<int32_t>(), t.data_ptr<int32_t>(), g, rule,
-                                                    rows_per_warp);
+        auto launch = [&](auto pt) {
+          using P = typename decltype(pt)::type;
+          deliver_kernel<<<blocks, kThreads, 0, st>>>(out.data_ptr<W>(), events.data_ptr<S>(), data.data_ptr<W>(),
+                                                      indices.data_ptr<I>(), indptr.data_ptr<I>(),
+                                                      delays.data_ptr<int32_t>(), t.data_ptr<int32_t>(), P(g.nrows),
+                                                      P(g.ncols), P(g.nse), int32_t(g.nslots), g.homo, rule,
+                                                      rows_per_warp);
+        };
+        if constexpr (std::is_same_v<I, int32_t>) {
+          if (walk32_fits({g.nrows, g.ncols, g.nse, g.nslots * g.ncols})) return launch(Tag<int32_t>{});
+        }
+        launch(Tag<int64_t>{});
       });
     });
   };
