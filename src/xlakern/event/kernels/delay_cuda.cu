@@ -46,12 +46,10 @@ __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev,
   unsigned pending = __ballot_sync(0xffffffffu, rule.active(x));
   if (pending == 0) return;
   const int32_t t0 = int32_t(floor_mod(int64_t(step), int64_t(nslots)));
-  while (pending) {
-    const int src = __ffs(pending) - 1;
-    pending &= pending - 1;
+  for_each_active_row(pending, first_row, [&](P r, int src) {
     const W f = __shfl_sync(0xffffffffu, rule.template value<W>(x), src);
     P begin, end;
-    row_range(indptr, -1, nse, first_row + src, begin, end);
+    row_range(indptr, -1, nse, r, begin, end);
     for (P e0 = begin + lane; e0 < end; e0 += kRound * 32) {
       P c[kRound];
       int32_t slot[kRound];
@@ -68,7 +66,7 @@ __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev,
         if (U(c[u]) < U(ncols))  // (else skipped)
           atomicAdd(ring + P(slot[u]) * ncols + c[u], w[u] * f);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -28,6 +28,18 @@ __device__ __forceinline__ A warp_sum(A v) {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
+// A warp's active rows, one after another, lowest first: row(r, src) for each set bit src of `pending`
+// (a ballot over the rows first_row + lane), with r = first_row + src; src is the lane that read row
+// r's spike, for __shfl_sync. The whole warp calls it together.
+template <typename P, typename Row>
+__device__ __forceinline__ void for_each_active_row(unsigned pending, P first_row, Row&& row) {
+  while (pending) {
+    const int src = __ffs(pending) - 1;
+    pending &= pending - 1;
+    row(P(first_row + src), src);
+  }
+}
+
 // Slot p's weight in the accumulation type: data[p], or data[perm[p]] when Permuted (a perm entry
 // outside [0, nse) reads 0, never outside data).
 template <bool Permuted, typename A, typename W, typename I>
@@ -88,11 +100,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
     S s = S(0);
     if (mine_ok) s = spk[mine * batch + b];
     const bool on = mine_ok && rule.active(s);
-    unsigned pending = __ballot_sync(0xffffffffu, on);
-    while (pending) {
-      const int src = __ffs(pending) - 1;
-      pending &= pending - 1;
-      const int64_t r = first_row + src;
+    for_each_active_row(__ballot_sync(0xffffffffu, on), first_row, [&](int64_t r, int src) {
       const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
       int64_t begin, end;
       row_range(indptr, nconn, nse, r, begin, end);
@@ -111,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
         for (int u = 0; u < U; ++u)
           if (uint64_t(j[u]) < uint64_t(ncols)) atomicAdd(out + j[u] * batch + b, wv[u] * v);  // else dropped
       }
-    }
+    });
   }
 }
 
@@ -136,11 +144,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
   S s = S(0);
   if (mine_ok) s = spk[mine];
   const bool on = mine_ok && rule.active(s);
-  unsigned pending = __ballot_sync(0xffffffffu, on);
-  while (pending) {
-    const int src = __ffs(pending) - 1;
-    pending &= pending - 1;
-    const int32_t r = first_row + src;
+  for_each_active_row(__ballot_sync(0xffffffffu, on), first_row, [&](int32_t r, int src) {
     const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
     int32_t begin, end;
     row_range(indptr, nconn, nse, r, begin, end);
@@ -158,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
       for (int u = 0; u < U; ++u)
         if (uint32_t(j[u]) < uint32_t(ncols)) atomicAdd(out + j[u], wv[u] * v);  // else dropped
     }
-  }
+  });
 }
 
 // Blocks along y cover batch columns (the kernels stride over the rest).

@@ -68,14 +68,11 @@ __global__ void __launch_bounds__(kThreads) update_kernel(W* w, const I* idx, co
   if (pending == 0) return;
   const int lane = int(threadIdx.x) & 31;
   const W lo = bounds[0], hi = bounds[1];
-  while (pending) {
-    const int src = __ffs(pending) - 1;
-    pending &= pending - 1;
-    const int64_t r = first_row + src;
+  for_each_active_row(pending, first_row, [&](int64_t r, int) {
     int64_t begin, end;
     row_slots(indptr, g, r, begin, end);
     update_row_warp(w, idx, perm, trace, lo, hi, g, r, begin, end, lane);
-  }
+  });
 }
 
 // update_kernel's stored-layout form (CSR, CSC view, fixed count) with int32 indices, for rows, columns and
@@ -92,10 +89,7 @@ __global__ void __launch_bounds__(kThreads) update_kernel32(W* w, const int32_t*
   if (pending == 0) return;
   const int lane = int(threadIdx.x) & 31;
   const W lo = bounds[0], hi = bounds[1];
-  while (pending) {
-    const int src = __ffs(pending) - 1;
-    pending &= pending - 1;
-    const int32_t r = first_row + src;
+  for_each_active_row(pending, first_row, [&](int32_t r, int) {
     int32_t begin, end;
     row_range(indptr, nconn, nse, r, begin, end);
     for (int32_t p0 = begin + lane; p0 < end; p0 += kRound * 32) {
@@ -121,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) update_kernel32(W* w, const int32_t*
       for (int u = 0; u < kRound; ++u)
         if (in[u]) w[pos[u]] = clip(W(x[u] + t[u]), lo, hi);
     }
-  }
+  });
 }
 
 }  // namespace
