@@ -277,7 +277,12 @@ def main() -> int:
     ap.add_argument("--sections", nargs="*", default=["jitc", "plasticity"], choices=["jitc", "plasticity", "delay"],
                     help="which tables (default jitc and plasticity; 'plasticity' alone reaches it within a short device run)")
     ap.add_argument("--conns", type=int, nargs="*", help="synapses per neuron for the JITC table (default 80 1000)")
+    ap.add_argument("--rate", type=float, default=RATE,
+                    help=f"fraction of neurons spiking each step (default {RATE}, the issue's tables)")
     args = ap.parse_args()
+    if not 0.0 < args.rate <= 1.0:
+        ap.error(f"--rate must be in (0, 1], got {args.rate}")
+    globals()["RATE"] = args.rate  # read by spike_trains, step_loop and the tables' notes
     t_start = time.perf_counter()
     info = machine_info()
     print_header("xlakern: event operators part 2 (JITC, plasticity, delays) per simulation step", info)

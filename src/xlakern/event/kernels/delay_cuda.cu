@@ -36,13 +36,11 @@ __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev,
                                                            P nrows, P ncols, P nse, int32_t nslots, bool homo,
                                                            SpikeRule<S, B> rule, int rows_per_warp) {
   using U = std::make_unsigned_t<P>;
-  const P first_row = (P(blockIdx.x) * kWarps + P(threadIdx.x >> 5)) * rows_per_warp;
+  const P first_row = warp_first_row<P>(rows_per_warp);
   const int lane = int(threadIdx.x) & 31;
   if (first_row >= nrows) return;  // (the whole warp)
-  const P mine = first_row + lane;
-  const bool mine_ok = lane < rows_per_warp && mine < nrows;
   const int32_t step = *t;  // (issued beside the events' load)
-  const S x = mine_ok ? ev[mine] : S(0);
+  const S x = lane_spike(ev, first_row, nrows, rows_per_warp);
   unsigned pending = __ballot_sync(0xffffffffu, rule.active(x));
   if (pending == 0) return;
   const int32_t t0 = int32_t(floor_mod(int64_t(step), int64_t(nslots)));

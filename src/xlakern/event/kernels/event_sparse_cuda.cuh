@@ -28,6 +28,23 @@ __device__ __forceinline__ A warp_sum(A v) {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
+// The first of the rows_per_warp rows this thread's warp covers (>= nrows when it covers none; the
+// whole warp sees the same value).
+template <typename P>
+__device__ __forceinline__ P warp_first_row(int rows_per_warp) {
+  return (P(blockIdx.x) * kWarps + P(threadIdx.x >> 5)) * P(rows_per_warp);
+}
+
+// The lane's own spike, row first_row + lane's (at spk[row * stride]), or S(0), inactive under every
+// SpikeRule, where the lane covers no row. A warp ballots these to find its active rows.
+template <typename P, typename S>
+__device__ __forceinline__ S lane_spike(const S* __restrict__ spk, P first_row, P nrows, int rows_per_warp,
+                                        P stride = 1) {
+  const int lane = int(threadIdx.x) & 31;
+  const P mine = first_row + lane;
+  return lane < rows_per_warp && mine < nrows ? spk[mine * stride] : S(0);
+}
+
 // A warp's active rows, one after another, lowest first: row(r, src) for each set bit src of `pending`
 // (a ballot over the rows first_row + lane), with r = first_row + src; src is the lane that read row
 // r's spike, for __shfl_sync. The whole warp calls it together.
@@ -90,18 +107,14 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
   using A = typename AccOf<W>::type;
   constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
   pdl_hold_grid();
-  const int64_t first_row = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * rows_per_warp;
+  const int64_t first_row = warp_first_row<int64_t>(rows_per_warp);
   const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
   const A w0 = homo ? A(widen(data[0])) : A(0);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
-    const int64_t mine = first_row + lane;
-    const bool mine_ok = lane < rows_per_warp && mine < nrows;
-    S s = S(0);
-    if (mine_ok) s = spk[mine * batch + b];
-    const bool on = mine_ok && rule.active(s);
-    for_each_active_row(__ballot_sync(0xffffffffu, on), first_row, [&](int64_t r, int src) {
-      const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
+    const S s = lane_spike(spk + b, first_row, nrows, rows_per_warp, batch);
+    for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int64_t r, int src) {
+      const A v = __shfl_sync(0xffffffffu, rule.template value<A>(s), src);  // (src's spike is active)
       int64_t begin, end;
       row_range(indptr, nconn, nse, r, begin, end);
       for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
@@ -135,17 +148,13 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
   using A = typename AccOf<W>::type;
   constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
   pdl_hold_grid();
-  const int32_t first_row = (int32_t(blockIdx.x) * kWarps + int32_t(threadIdx.x >> 5)) * rows_per_warp;
+  const int32_t first_row = warp_first_row<int32_t>(rows_per_warp);
   const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
   const A w0 = homo ? A(widen(data[0])) : A(0);
-  const int32_t mine = first_row + lane;
-  const bool mine_ok = lane < rows_per_warp && mine < nrows;
-  S s = S(0);
-  if (mine_ok) s = spk[mine];
-  const bool on = mine_ok && rule.active(s);
-  for_each_active_row(__ballot_sync(0xffffffffu, on), first_row, [&](int32_t r, int src) {
-    const A v = __shfl_sync(0xffffffffu, on ? rule.template value<A>(s) : A(0), src);
+  const S s = lane_spike(spk, first_row, nrows, rows_per_warp);
+  for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int32_t r, int src) {
+    const A v = __shfl_sync(0xffffffffu, rule.template value<A>(s), src);  // (src's spike is active)
     int32_t begin, end;
     row_range(indptr, nconn, nse, r, begin, end);
     for (int32_t p0 = begin + lane; p0 < end; p0 += U * 32) {

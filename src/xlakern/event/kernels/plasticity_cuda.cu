@@ -47,24 +47,12 @@ __device__ inline void update_row_warp(W* w, const I* idx, const I* perm, const 
   }
 }
 
-// This warp's rows are [first_row, first_row + rows_per_warp) (P: the positions' type); returns the ballot
-// of those whose neuron spiked, one coalesced load of their spikes.
-template <typename P, typename S, bool B>
-__device__ __forceinline__ unsigned warp_active_rows(const S* spk, P nrows, int rows_per_warp,
-                                                     const SpikeRule<S, B>& rule, P& first_row) {
-  // (kThreads, a block's, is the sparse kernels' 256: event_sparse_cuda.cuh)
-  first_row = (P(blockIdx.x) * kWarps + P(threadIdx.x >> 5)) * rows_per_warp;
-  const int lane = int(threadIdx.x) & 31;
-  const P mine = first_row + lane;
-  return __ballot_sync(0xffffffffu, lane < rows_per_warp && mine < nrows && rule.active(spk[mine]));
-}
-
 template <typename W, typename I, typename S, bool B>
 __global__ void __launch_bounds__(kThreads) update_kernel(W* w, const I* idx, const I* indptr, const I* perm,
                                                           const S* spk, const W* trace, const W* bounds, Rows g,
                                                           SpikeRule<S, B> rule, int rows_per_warp) {
-  int64_t first_row;
-  unsigned pending = warp_active_rows(spk, g.nrows, rows_per_warp, rule, first_row);
+  const int64_t first_row = warp_first_row<int64_t>(rows_per_warp);
+  const unsigned pending = __ballot_sync(0xffffffffu, rule.active(lane_spike(spk, first_row, g.nrows, rows_per_warp)));
   if (pending == 0) return;
   const int lane = int(threadIdx.x) & 31;
   const W lo = bounds[0], hi = bounds[1];
@@ -84,8 +72,8 @@ __global__ void __launch_bounds__(kThreads) update_kernel32(W* w, const int32_t*
                                                             const int32_t* perm, const S* spk, const W* trace,
                                                             const W* bounds, int32_t nrows, int32_t ncols, int32_t nse,
                                                             int32_t nconn, SpikeRule<S, B> rule, int rows_per_warp) {
-  int32_t first_row;
-  unsigned pending = warp_active_rows(spk, nrows, rows_per_warp, rule, first_row);
+  const int32_t first_row = warp_first_row<int32_t>(rows_per_warp);
+  const unsigned pending = __ballot_sync(0xffffffffu, rule.active(lane_spike(spk, first_row, nrows, rows_per_warp)));
   if (pending == 0) return;
   const int lane = int(threadIdx.x) & 31;
   const W lo = bounds[0], hi = bounds[1];
