@@ -141,15 +141,22 @@ def test_scatter_mv_in_32_and_64_bit_arithmetic(rng, walk, wdtype, monkeypatch):
         np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
 
 
-@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+# The binary mv gather's walks: int32 indices take the 32-bit one unless XLAKERN_WALK32=1 forces the
+# 64-bit one, which int64 indices always take.
+GATHER_WALKS = [pytest.param(np.int32, "", id="int32-walk32"), pytest.param(np.int32, "1", id="int32-walk64"),
+                pytest.param(np.int64, "", id="int64")]
+
+
+@pytest.mark.parametrize("index_dtype, walk", GATHER_WALKS)
 @pytest.mark.parametrize("rate", [0.3, 0.01])
 @pytest.mark.parametrize("summary", ["", "1"])
-def test_binary_gather_wider_than_shared_memory(rng, index_dtype, rate, summary, monkeypatch):
+def test_binary_gather_wider_than_shared_memory(rng, index_dtype, walk, rate, summary, monkeypatch):
     """2,000,003 columns: the spikes as bits (250 KB) exceed a block's shared memory, so the binary mv
     gather packs them into its scratch output and tests them there, behind their summary in shared
     memory (or without it: XLAKERN_SPIKE_SUMMARY=1). CSR and fixed-count rows, against numpy in float64;
     a jitted loop reuses the scratch, so each step's product is checked too. At 1% most bytes of bits
     are empty, so a summary bit wrongly clear would drop synapses."""
+    monkeypatch.setenv("XLAKERN_WALK32", walk)
     if summary:
         monkeypatch.setenv("XLAKERN_SPIKE_SUMMARY", summary)
     nrows, ncols, k = 3000, 2_000_003, 140  # rows of 140: two rounds a row
@@ -176,11 +183,13 @@ def test_binary_gather_wider_than_shared_memory(rng, index_dtype, rate, summary,
         np.testing.assert_allclose(np.asarray(got), float(w0) * S[2][idx].sum(1), rtol=1e-5, atol=1e-4)
 
 
-def test_binary_gather_edge_cases(rng):
-    """The binary mv gather's edge cases on the GPU. Its bitmask kernel reads weight 0 and bit word 0 in
-    the slots of inactive synapses, so no synapses or no columns must leave it for the plain gather;
-    out-of-range indices are dropped and a malformed indptr is clamped, with rows of different lengths
-    walked in pairs. Against numpy in float64."""
+@pytest.mark.parametrize("walk", ["", "1"], ids=["walk32", "walk64"])
+def test_binary_gather_edge_cases(rng, walk, monkeypatch):
+    """The binary mv gather's edge cases on the GPU, in both walks. Its bitmask kernel reads weight 0 and
+    bit word 0 in the slots of inactive synapses, so no synapses or no columns must leave it for the plain
+    gather; out-of-range indices are dropped and a malformed indptr is clamped, with rows of different
+    lengths walked in pairs. Against numpy in float64."""
+    monkeypatch.setenv("XLAKERN_WALK32", walk)
     out = xlakern.binary_fcnmv(jnp.zeros((7, 0)), jnp.zeros((7, 0), jnp.int32), rng.random(5) < 0.5, shape=(7, 5))
     np.testing.assert_array_equal(np.asarray(out), 0)
     out = xlakern.binary_csrmv(jnp.zeros(0), jnp.zeros(0, jnp.int32), jnp.zeros(8, jnp.int32), rng.random(6) < 0.5,
@@ -210,11 +219,13 @@ def test_binary_gather_edge_cases(rng):
     np.testing.assert_allclose(np.asarray(out), [2, 2, 0])
 
 
-@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype):
+@pytest.mark.parametrize("index_dtype, walk", GATHER_WALKS)
+def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype, walk, monkeypatch):
     """The binary mv gather with its bits in shared memory where each warp walks several groups of 32
-    rows (150,001 ragged rows over ~4k warps): every weight dtype, one shared weight, bool and float
-    spikes (-0.0 silent), indices out of range; against numpy in float64."""
+    rows (150,001 ragged rows over ~4k warps; a warp loads its first group's rows before the block packs
+    the spikes): every weight dtype, one shared weight, bool and float spikes (-0.0 silent), indices out
+    of range; against numpy in float64."""
+    monkeypatch.setenv("XLAKERN_WALK32", walk)
     nrows, ncols = 150_001, 3001
     lens = rng.integers(0, 41, nrows)
     ptr = np.concatenate([[0], np.cumsum(lens)]).astype(index_dtype)

@@ -4,7 +4,8 @@
 //   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced,
 //                   test the spike, read the weight only for active spikes, warp-reduce. Binary
 //                   spikes of an mv are tested as bits instead: in shared memory where they fit,
-//                   else in the call's scratch output (packed there first) behind their summary.
+//                   else in the call's scratch output (packed there first) behind their summary;
+//                   with int32 indices (walk32_fits) it walks in 32-bit arithmetic.
 //   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
 //                   lanes read the spikes coalesced, a ballot names the active rows, then the
 //                   whole warp walks each active row's synapses, 128 loads in flight a round, and
@@ -64,67 +65,76 @@ __device__ __forceinline__ I load_streamed(const I* p) {
   else return I(__ldcs(reinterpret_cast<const int*>(p)));
 }
 
-template <typename W, typename I, typename S, bool Global, bool Summary>
+// P is the positions' type: int32_t where rows, columns and slots fit (walk32_fits), which takes a
+// round in fewer instructions and registers (the kernel is partly bound by its instruction issue at
+// 40k rows), else int64_t.
+template <typename P, typename W, typename I, typename S, bool Global, bool Summary>
 __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
     const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
-    typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
-    SpikeRule<S, true> rule, const uint32_t* __restrict__ global_bits, const uint32_t* __restrict__ global_summary,
-    int32_t summary_words) {
+    typename AccOf<W>::type* __restrict__ out, P nrows, P ncols, P nse, P nconn, bool homo, SpikeRule<S, true> rule,
+    const uint32_t* __restrict__ global_bits, const uint32_t* __restrict__ global_summary, int32_t summary_words) {
   using A = typename AccOf<W>::type;
   // index loads a lane issues per row and round: 96 int32 slots hold a row of 80 (the common K) in
   // one round with few idle lanes
   constexpr int U = sizeof(I) == 8 ? 2 : 3;
   constexpr int kRound = U * 32;  // synapses of a row a round
   extern __shared__ uint32_t shared_bits[];
-  if constexpr (!Global) {
-    const int64_t words = (ncols + 31) / 32;
-    for (int64_t w = threadIdx.x; w < words; w += blockDim.x) shared_bits[w] = spike_word(spk, w * 32, ncols, rule);
-  } else if constexpr (Summary) {
-    for (int32_t w = threadIdx.x; w < summary_words; w += blockDim.x) shared_bits[w] = global_summary[w];
-  }
-  __syncthreads();
   const uint32_t ncols32 = uint32_t(ncols);
   const int lane = threadIdx.x & 31;
   // one shared weight: every active slot reads data[0] (the slots' weight pointers do not move)
-  const int64_t wstep = homo ? 0 : 32;
-  // Each warp takes a contiguous share of the rows, 32 at a time: one coalesced load brings the 32
-  // rows' bounds into the lanes. The rows are walked two at a time in rounds of kRound synapses a
+  const P wstep = homo ? 0 : 32;
+  // Each warp takes a contiguous share of the rows, 32 at a time (a group): one coalesced load brings
+  // the group's bounds into the lanes. The rows are walked two at a time in rounds of kRound synapses a
   // row; a round's weight loads (of weight 0 for inactive synapses) and the next round's index loads
   // are issued before the round's weights are added, so a round costs one memory latency, not two.
   // (With one block an SM a warp walks ~100 rows of 80-odd synapses at 400k: that chain is what a
   // step costs.)
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  const int64_t share = (nrows + warps - 1) / warps;
-  const int64_t lo = (int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * share;
-  const int64_t hi = lo + share < nrows ? lo + share : nrows;
-  for (int64_t g0 = lo; g0 < hi; g0 += 32) {
-    const int n = int(hi - g0 < 32 ? hi - g0 : 32);
-    int64_t lane_begin = 0, lane_end = 0;  // lanes past the rows hold an empty row
-    if (lane < n) row_range(indptr, nconn, nse, g0 + lane, lane_begin, lane_end);
-    // round state: rows g0 + i and g0 + i + 1 (an empty row when i + 1 == n), synapses from offset o;
-    // left[h]: the row's synapses from o on, at most a round's (the same in every lane)
-    int i = 0;
-    int64_t o = 0, begin[2], end[2];
-    int left[2];
-    auto bounds = [&](int at) {
-      begin[0] = __shfl_sync(0xffffffffu, lane_begin, at);
-      begin[1] = __shfl_sync(0xffffffffu, lane_begin, at + 1);
-      end[0] = __shfl_sync(0xffffffffu, lane_end, at);
-      end[1] = __shfl_sync(0xffffffffu, lane_end, at + 1);
-    };
-    auto load = [&](I (&j)[2][U]) {
+  const P warps = P(gridDim.x) * P(blockDim.x >> 5);
+  const P share = (nrows + warps - 1) / warps;
+  const P lo = (P(blockIdx.x) * P(blockDim.x >> 5) + P(threadIdx.x >> 5)) * share;
+  const P hi = lo + share < nrows ? lo + share : nrows;
+  // group state: rows g0 .. g0 + n - 1, lane l holding row g0 + l's bounds (lanes past the rows hold an
+  // empty row); round state: rows g0 + i and g0 + i + 1 (an empty row when i + 1 == n), synapses from
+  // offset o; left[h]: the row's synapses from o on, at most a round's (the same in every lane)
+  P g0 = lo, lane_begin = 0, lane_end = 0, o = 0, begin[2], end[2];
+  int n = 0, i = 0, left[2];
+  I j[2][U];
+  auto bounds = [&](int at) {
+    begin[0] = __shfl_sync(0xffffffffu, lane_begin, at);
+    begin[1] = __shfl_sync(0xffffffffu, lane_begin, at + 1);
+    end[0] = __shfl_sync(0xffffffffu, lane_end, at);
+    end[1] = __shfl_sync(0xffffffffu, lane_end, at + 1);
+  };
+  auto load = [&]() {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t rest = end[h] - begin[h] - o;
-        left[h] = rest < kRound ? int(rest) : kRound;  // (<= 0 once the row is done)
-        const I* p = idx + (begin[h] + o + lane);
+    for (int h = 0; h < 2; ++h) {
+      const P rest = end[h] - begin[h] - o;
+      left[h] = rest < kRound ? int(rest) : kRound;  // (<= 0 once the row is done)
+      const I* p = idx + (begin[h] + o + lane);
 #pragma unroll
-        for (int u = 0; u < U; ++u) j[h][u] = u * 32 + lane < left[h] ? load_streamed(p + u * 32) : I(-1);
-      }
-    };
+      for (int u = 0; u < U; ++u) j[h][u] = u * 32 + lane < left[h] ? load_streamed(p + u * 32) : I(-1);
+    }
+  };
+  auto start_group = [&]() {
+    n = int(hi - g0 < 32 ? hi - g0 : 32);
+    lane_begin = lane_end = 0;
+    if (lane < n) row_range(indptr, nconn, nse, P(g0 + lane), lane_begin, lane_end);
+    i = 0;
+    o = 0;
     bounds(0);
-    I j[2][U];
-    load(j);
+    load();
+  };
+  // The first group's bounds and indices are loaded before the block packs the spikes, and wait on memory
+  // beside the spikes' loads rather than after the barrier (they do not read the bits).
+  if (g0 < hi) start_group();
+  if constexpr (!Global) {
+    const P words = (ncols + 31) / 32;
+    for (P w = threadIdx.x; w < words; w += blockDim.x) shared_bits[w] = spike_word(spk, int64_t(w) * 32, ncols, rule);
+  } else if constexpr (Summary) {
+    for (int32_t w = threadIdx.x; w < summary_words; w += blockDim.x) shared_bits[w] = global_summary[w];
+  }
+  __syncthreads();
+  while (g0 < hi) {
     A acc[2] = {A(0), A(0)};
     while (true) {
       // The round's slots in three passes, so that each pass's loads are in flight together: the
@@ -155,7 +165,7 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
       A w[2][U];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const W* wp = data + (homo ? 0 : begin[h] + o + lane);
+        const W* wp = data + (homo ? P(0) : P(begin[h] + o + lane));
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const bool on = maybe[h][u] & bool((word[h][u] >> (col[h][u] & 31)) & 1u);
@@ -163,7 +173,7 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
           w[h][u] = on ? A(widen(v)) : A(0);
         }
       }
-      const int64_t out_row = g0 + i;
+      const P out_row = g0 + i;
       o += kRound;
       const bool pair_done = !(begin[0] + o < end[0] || begin[1] + o < end[1]);
       if (pair_done) {
@@ -172,7 +182,7 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
         if (i < n) bounds(i);
       }
       const bool more = !pair_done || i < n;
-      if (more) load(j);  // the next round's indices, in flight while this round's weights arrive
+      if (more) load();  // the next round's indices, in flight while this round's weights arrive
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -188,12 +198,15 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
       }
       if (!more) break;
     }
+    g0 += 32;
+    if (g0 < hi) start_group();
   }
 }
 
-// Launches bitmask_gather_kernel with the bitmask in shared memory when it fits this GPU's, else in
-// `scratch` (packed first) when the caller has one; false otherwise (the caller then runs the plain gather).
-template <typename W, typename I, typename S>
+// Launches bitmask_gather_kernel (positions of type P) with the bitmask in shared memory when it fits this
+// GPU's, else in `scratch` (packed first) when the caller has one; false otherwise (the caller then runs the
+// plain gather).
+template <typename P, typename W, typename I, typename S>
 bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
                            int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
                            SpikeRule<S, true> rule, SpikeScratch scratch, cudaStream_t st) {
@@ -203,14 +216,14 @@ bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* s
   const int sms = gpu.sms, optin = gpu.smem_optin;
   const int64_t smem = (ncols + 31) / 32 * 4;
   const int64_t want = (nrows + 31) / 32;  // warps of 32 rows' bounds
-  auto* shared = bitmask_gather_kernel<W, I, S, false, false>;
+  auto* shared = bitmask_gather_kernel<P, W, I, S, false, false>;
   if (smem + 1024 <= optin &&
       (smem <= 48 * 1024 || cudaFuncSetAttribute(shared, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
                                 cudaSuccess)) {
     // one block an SM: each block packs the whole bitmask, so more blocks would re-read the spikes
     const int blocks = int(want < sms ? (want > 0 ? want : 1) : sms);
-    shared<<<blocks, kBitsThreads, size_t(smem), st>>>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo,
-                                                       rule, nullptr, nullptr, 0);
+    shared<<<blocks, kBitsThreads, size_t(smem), st>>>(data, idx, ptr, spk, out, P(nrows), P(ncols), P(nse),
+                                                       P(nconn), homo, rule, nullptr, nullptr, 0);
     return true;
   }
   (void)cudaGetLastError();  // a refused opt-in: clear it
@@ -221,8 +234,8 @@ bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* s
   pack_bits(spk, ncols, rule, scratch.bits, summary, st);
   // The global variant re-reads nothing per block, so it fills every SM; its bit reads want L1 (no more
   // shared memory asked for than the summary: a hint, ignored where refused).
-  auto* global = summary != nullptr ? bitmask_gather_kernel<W, I, uint8_t, true, true>
-                                    : bitmask_gather_kernel<W, I, uint8_t, true, false>;
+  auto* global = summary != nullptr ? bitmask_gather_kernel<P, W, I, uint8_t, true, true>
+                                    : bitmask_gather_kernel<P, W, I, uint8_t, true, false>;
   const size_t dyn = summary != nullptr ? size_t(summary_bytes) : 0;
   if (dyn > 48 * 1024 &&
       cudaFuncSetAttribute(global, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dyn)) != cudaSuccess)
@@ -231,7 +244,7 @@ bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* s
     (void)cudaGetLastError();
   const int per_sm = resident_blocks_per_sm(global, kBitsThreads, dyn);
   const int blocks = int(std::min<int64_t>(std::max<int64_t>(want, 1), int64_t(sms) * per_sm));
-  global<<<blocks, kBitsThreads, dyn, st>>>(data, idx, ptr, nullptr, out, nrows, ncols, nse, nconn, homo,
+  global<<<blocks, kBitsThreads, dyn, st>>>(data, idx, ptr, nullptr, out, P(nrows), P(ncols), P(nse), P(nconn), homo,
                                             SpikeRule<uint8_t, true>{uint8_t(0xffu)}, scratch.bits, summary,
                                             int32_t(dyn / 4));
   return true;
@@ -527,8 +540,15 @@ bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, 
                        int64_t nrows, int64_t ncols, int64_t batch, int64_t nse, int64_t nconn, bool homo,
                        SpikeRule<S, Binary> rule, SpikeScratch scratch, cudaStream_t st) {
   if constexpr (Binary) {
-    if (batch == 1)
-      return launch_bitmask_gather(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule, scratch, st);
+    if (batch == 1) {
+      if constexpr (std::is_same_v<I, int32_t>) {
+        if (walk32_fits({nrows, ncols, nse}))
+          return launch_bitmask_gather<int32_t>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule,
+                                                scratch, st);
+      }
+      return launch_bitmask_gather<int64_t>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule, scratch,
+                                            st);
+    }
   }
   return false;
 }
