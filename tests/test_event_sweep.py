@@ -101,6 +101,10 @@ def check(out, expected, dtype, what, failures):
     dt = np.dtype(dtype)
     bound = (2 * count * U_ACC[dt] + U_OUT[dt]) * 1.01 * absref + ATOL.get(dt, 0.0)
     bad = ~(err <= bound)
+    # An output whose exact sum may lie past the dtype's largest finite value rounds to an infinity of
+    # its sign: that is the right float16 answer for sums beyond 65,504, not an error.
+    may_overflow = np.abs(ref) + bound > float(jnp.finfo(dtype).max)
+    bad &= ~(may_overflow & np.isinf(out) & (np.sign(out) == np.sign(ref)))
     if bad.any():
         i = tuple(int(j) for j in np.argwhere(bad)[0])
         failures.append(f"{what}: {int(bad.sum())} of {bad.size} outputs off, e.g. at {i}: "
