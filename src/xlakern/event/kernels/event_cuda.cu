@@ -1,8 +1,9 @@
 // CUDA kernels of xlakern.event: the GPU twins of event_cpu.cc (same entry points, attributes,
 // orientation convention, output dtypes and out-of-range policy; see that file's header).
 //
-//   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced,
-//                   test the spike, read the weight only for active spikes, warp-reduce. Binary
+//   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced, four
+//                   slots a lane a round with the round's loads in flight together, test the spike,
+//                   read the weight only for active spikes, warp-reduce. Binary
 //                   spikes of an mv are tested as bits instead: in shared memory where they fit,
 //                   else in the call's scratch output (packed there first) behind their summary;
 //                   with int32 indices (walk32_fits) it walks in 32-bit arithmetic.
@@ -209,10 +210,9 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
 template <typename P, typename W, typename I, typename S>
 bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* spk, typename AccOf<W>::type* out,
                            int64_t nrows, int64_t ncols, int64_t nse, int64_t nconn, bool homo,
-                           SpikeRule<S, true> rule, SpikeScratch scratch, cudaStream_t st) {
+                           SpikeRule<S, true> rule, SpikeScratch scratch, const GpuLimits& gpu, cudaStream_t st) {
   // the kernel's columns are 32-bit; and its inactive slots read weight 0 and bit word 0, so it wants both
   if (ncols >= (int64_t(1) << 31) || ncols == 0 || nse == 0) return false;
-  const GpuLimits gpu = gpu_limits();
   const int sms = gpu.sms, optin = gpu.smem_optin;
   const int64_t smem = (ncols + 31) / 32 * 4;
   const int64_t want = (nrows + 31) / 32;  // warps of 32 rows' bounds
@@ -541,13 +541,16 @@ bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, 
                        SpikeRule<S, Binary> rule, SpikeScratch scratch, cudaStream_t st) {
   if constexpr (Binary) {
     if (batch == 1) {
+      const GpuLimits gpu = gpu_limits();
       if constexpr (std::is_same_v<I, int32_t>) {
-        if (walk32_fits({nrows, ncols, nse}))
+        // A warp's share starts below nrows + warps (the last warps' shares lie past the rows), and a grid
+        // holds at most 64 warps an SM (two blocks of 1,024): that sum must fit 32 bits too.
+        if (walk32_fits({nrows + int64_t(gpu.sms) * 64, ncols, nse}))
           return launch_bitmask_gather<int32_t>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule,
-                                                scratch, st);
+                                                scratch, gpu, st);
       }
       return launch_bitmask_gather<int64_t>(data, idx, ptr, spk, out, nrows, ncols, nse, nconn, homo, rule, scratch,
-                                            st);
+                                            gpu, st);
     }
   }
   return false;
