@@ -147,6 +147,56 @@ GATHER_WALKS = [pytest.param(np.int32, "", id="int32-walk32"), pytest.param(np.i
                 pytest.param(np.int64, "", id="int64")]
 
 
+def test_plain_gather_rounds(rng):
+    """The warp-a-row gather (float spikes, batched spikes) takes four slots a lane a round: rows of 0-400
+    synapses (up to four rounds), a quarter of the entries of x zero (some -0.0), indices out of range, an
+    indptr that decreases in places and overshoots nse, mv and a batch of 3, float32 and float16 weights, and
+    a shared weight. data[0] is NaN and slot 0's column is silent: inactive slots read weight 0's address,
+    and no NaN may reach a sum. Against numpy in float64."""
+    nrows, ncols = 3001, 2003
+    counts = rng.integers(0, 401, nrows)
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    nse = int(ptr[-1])
+    idx = rng.integers(0, ncols, nse).astype(np.int32)
+    bad = rng.choice(nse, 300, replace=False)
+    idx[bad] = rng.choice(np.array([-1, -9, ncols, ncols + 5, 2**31 - 1], np.int32), 300)
+    messy = ptr.copy()
+    messy[50] = messy[49] - 3  # row 49 ends before it starts: empty; row 50 starts earlier
+    messy[-1] = nse + 77  # the last row runs past nse: clamped to it
+    lo = np.clip(messy[:-1], 0, nse)
+    hi = np.maximum(lo, np.clip(messy[1:], 0, nse))
+    rows = np.concatenate([np.full(h - l, r) for r, (l, h) in enumerate(zip(lo, hi))]).astype(np.int64)
+    slots = np.concatenate([np.arange(l, h) for l, h in zip(lo, hi)]).astype(np.int64)
+    x = rng.standard_normal((ncols, 3)).astype(np.float32)
+    x[rng.random((ncols, 3)) < 0.2] = 0.0
+    x[rng.random((ncols, 3)) < 0.05] = -0.0
+    x[idx[0]] = 0.0  # slot 0 silent in every column, so its NaN weight never counts
+    ptr32 = messy.astype(np.int32)
+
+    def reference(w, xs):  # xs: (ncols, b)
+        c = idx[slots]
+        keep = (c >= 0) & (c < ncols)
+        out = np.zeros((nrows, xs.shape[1]))
+        xv = xs[c[keep]].astype(np.float64)
+        terms = np.where(xv != 0, w[slots][keep, None].astype(np.float64) * xv, 0.0)  # zero entries are skipped
+        np.add.at(out, rows[keep], terms)
+        return out
+
+    for wdtype, tol in ((np.float32, dict(rtol=1e-5, atol=1e-4)), (np.float16, dict(rtol=2e-3, atol=3e-2))):
+        data = rng.standard_normal(nse).astype(wdtype)
+        data[0] = np.nan
+        want = reference(data, x)
+        got = xlakern.csrmv(data, idx, ptr32, x[:, 0], shape=(nrows, ncols))
+        assert not np.isnan(np.asarray(got, np.float64)).any()
+        np.testing.assert_allclose(np.asarray(got, np.float64), want[:, 0], **tol)
+        got = xlakern.csrmm(data, idx, ptr32, x, shape=(nrows, ncols))
+        np.testing.assert_allclose(np.asarray(got, np.float64), want, **tol)
+    w0 = np.asarray([0.75], np.float32)
+    got = xlakern.csrmv(w0, idx, ptr32, x[:, 1], shape=(nrows, ncols))
+    np.testing.assert_allclose(np.asarray(got, np.float64), reference(np.full(nse, 0.75), x[:, 1:2])[:, 0],
+                               rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("index_dtype, walk", GATHER_WALKS)
 @pytest.mark.parametrize("rate", [0.3, 0.01])
 @pytest.mark.parametrize("summary", ["", "1"])
