@@ -83,6 +83,28 @@ def test_scatter_with_the_rows_a_warp_forced(rng, rows_a_warp, monkeypatch):
         np.testing.assert_allclose(got_mm, want, rtol=1e-5, atol=1e-4, err_msg=name)
 
 
+def _ragged_csr(rng, nrows, ncols, max_len, n_bad):
+    """A CSR of rows of 0..max_len synapses with n_bad int32 indices out of range (negative, at ncols and
+    past it, near 2^31: dropped), and a malformed copy of its indptr: row 99 ends before it starts (empty),
+    row 100 starts earlier, the last row runs past nse. Returns idx, ptr, messy (int64), and the row and
+    slot of every synapse a kernel walks under messy, read as the kernels clamp it:
+    [clamp(messy[r]), max(clamp(messy[r]), clamp(messy[r+1]))) with clamp to [0, nse]."""
+    counts = rng.integers(0, max_len + 1, nrows)
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    nse = int(ptr[-1])
+    idx = rng.integers(0, ncols, nse).astype(np.int32)
+    bad = rng.choice(nse, n_bad, replace=False)
+    idx[bad] = rng.choice(np.array([-1, -7, ncols, ncols + 3, 2**31 - 1], np.int32), n_bad)
+    messy = ptr.copy()
+    messy[100] = messy[99] - 5
+    messy[-1] = nse + 40
+    lo = np.clip(messy[:-1], 0, nse)
+    hi = np.maximum(lo, np.clip(messy[1:], 0, nse))
+    m_rows = np.concatenate([np.full(h - l, r) for r, (l, h) in enumerate(zip(lo, hi))]).astype(np.int64)
+    m_slots = np.concatenate([np.arange(l, h) for l, h in zip(lo, hi)]).astype(np.int64)
+    return idx, ptr, messy, m_rows, m_slots
+
+
 @pytest.mark.parametrize("walk", ["", "1"], ids=["mv32", "64-bit"])
 @pytest.mark.parametrize("wdtype", [np.float16, np.float32, np.float64])
 def test_scatter_mv_in_32_and_64_bit_arithmetic(rng, walk, wdtype, monkeypatch):
@@ -92,18 +114,11 @@ def test_scatter_mv_in_32_and_64_bit_arithmetic(rng, walk, wdtype, monkeypatch):
     (clamped), bool and float spikes, one weight per synapse and a shared one, fixed-count rows of 70 and 0."""
     monkeypatch.setenv("XLAKERN_WALK32", walk)
     nrows, ncols, k = 7001, 2999, 70
-    counts = rng.integers(0, 151, nrows)
-    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    nse = int(ptr[-1])
-    idx = rng.integers(0, ncols, nse).astype(np.int32)
-    bad = rng.choice(nse, 50, replace=False)
-    idx[bad] = rng.choice(np.array([-1, -7, ncols, ncols + 3, 2**31 - 1], np.int32), 50)
+    idx, ptr, messy, m_rows, m_slots = _ragged_csr(rng, nrows, ncols, 150, 50)
+    nse = idx.size
     data = rng.standard_normal(nse).astype(wdtype)
-    messy = ptr.copy()
-    messy[100] = messy[99] - 5  # row 99 ends before it starts: empty; row 100 starts earlier
-    messy[-1] = nse + 40  # the last row runs past nse: clamped to it
     ptr32, messy32 = ptr.astype(np.int32), messy.astype(np.int32)
-    rows = np.repeat(np.arange(nrows), counts)
+    rows = np.repeat(np.arange(nrows), np.diff(ptr))
     tol = dict(rtol=1e-5, atol=1e-4) if wdtype != np.float16 else dict(rtol=2e-3, atol=2e-2)
 
     def reference(value, r, c, w):  # value: each row's factor (0 where the row is silent)
@@ -114,11 +129,6 @@ def test_scatter_mv_in_32_and_64_bit_arithmetic(rng, walk, wdtype, monkeypatch):
 
     b_spk = rng.random(nrows) < 0.03
     f_spk = np.where(rng.random(nrows) < 0.5, rng.standard_normal(nrows), 0).astype(np.float32)
-    # the messy indptr, read as the kernels clamp it: [clamp(ptr[r]), max(clamp(ptr[r]), clamp(ptr[r+1])))
-    lo = np.clip(messy[:-1], 0, nse)
-    hi = np.maximum(lo, np.clip(messy[1:], 0, nse))
-    m_rows = np.concatenate([np.full(h - l, r) for r, (l, h) in enumerate(zip(lo, hi))]).astype(np.int64)
-    m_slots = np.concatenate([np.arange(l, h) for l, h in zip(lo, hi)]).astype(np.int64)
     for spk in (b_spk, f_spk):
         value = spk.astype(np.float64)
         binary = spk.dtype == bool
@@ -154,19 +164,8 @@ def test_plain_gather_rounds(rng):
     a shared weight. data[0] is NaN and slot 0's column is silent: inactive slots read weight 0's address,
     and no NaN may reach a sum. Against numpy in float64."""
     nrows, ncols = 3001, 2003
-    counts = rng.integers(0, 401, nrows)
-    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    nse = int(ptr[-1])
-    idx = rng.integers(0, ncols, nse).astype(np.int32)
-    bad = rng.choice(nse, 300, replace=False)
-    idx[bad] = rng.choice(np.array([-1, -9, ncols, ncols + 5, 2**31 - 1], np.int32), 300)
-    messy = ptr.copy()
-    messy[50] = messy[49] - 3  # row 49 ends before it starts: empty; row 50 starts earlier
-    messy[-1] = nse + 77  # the last row runs past nse: clamped to it
-    lo = np.clip(messy[:-1], 0, nse)
-    hi = np.maximum(lo, np.clip(messy[1:], 0, nse))
-    rows = np.concatenate([np.full(h - l, r) for r, (l, h) in enumerate(zip(lo, hi))]).astype(np.int64)
-    slots = np.concatenate([np.arange(l, h) for l, h in zip(lo, hi)]).astype(np.int64)
+    idx, _, messy, rows, slots = _ragged_csr(rng, nrows, ncols, 400, 300)
+    nse = idx.size
     x = rng.standard_normal((ncols, 3)).astype(np.float32)
     x[rng.random((ncols, 3)) < 0.2] = 0.0
     x[rng.random((ncols, 3)) < 0.05] = -0.0
