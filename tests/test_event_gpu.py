@@ -269,14 +269,17 @@ def test_binary_gather_edge_cases(rng, walk, monkeypatch):
 
 
 @pytest.mark.parametrize("index_dtype, walk", GATHER_WALKS)
-def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype, walk, monkeypatch):
+@pytest.mark.parametrize("max_len", [40, 12], ids=["weights-after-bits", "weights-eager"])
+def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype, walk, max_len, monkeypatch):
     """The binary mv gather with its bits in shared memory where each warp walks several groups of 32
     rows (150,001 ragged rows over ~4k warps; a warp loads its first group's rows before the block packs
     the spikes): every weight dtype, one shared weight, bool and float spikes (-0.0 silent), indices out
-    of range; against numpy in float64."""
+    of range; against numpy in float64. Rows of up to 40 synapses (~3M: every weight is read after its
+    bit) and of up to 12 (~0.9M: in the 32-bit walk, weights of 4 bytes or fewer, at most 4 MiB, are
+    loaded beside their indices)."""
     monkeypatch.setenv("XLAKERN_WALK32", walk)
     nrows, ncols = 150_001, 3001
-    lens = rng.integers(0, 41, nrows)
+    lens = rng.integers(0, max_len + 1, nrows)
     ptr = np.concatenate([[0], np.cumsum(lens)]).astype(index_dtype)
     idx = rng.integers(0, ncols, int(ptr[-1]))
     bad = rng.random(idx.size) < 0.02
