@@ -234,8 +234,9 @@ bool launch_bitmask_gather(const W* data, const I* idx, const I* ptr, const S* s
   // Eager where all the weights take at most 4 MiB: such a gather waits on memory, not on its bytes, and
   // reading every weight costs less than the latency it saves (4k rows of 80, 5% active, on an H200:
   // 7.3-7.5 to 6.8-6.9 us a step; level at 1% within the spread); beyond that it reads far more bytes
-  // than it saves (at 4M rows of 80, 1% active, 128 MB more a call). Only in the 32-bit walk (every such product with int32 indices takes it) and for
-  // weights of 4 bytes or fewer (float64 would spill), so that it adds few kernels to compile.
+  // than it saves (at 4M rows of 80, 1% active, 128 MB more a call). Only in the 32-bit walk (every such
+  // product with int32 indices takes it) and for weights of 4 bytes or fewer (float64 would spill), so
+  // that it adds few kernels to compile.
   auto* shared = bitmask_gather_kernel<P, W, I, S, false, false, false>;
   if constexpr (sizeof(W) <= 4 && std::is_same_v<P, int32_t>)
     if (nse * int64_t(sizeof(W)) <= (int64_t(4) << 20)) shared = bitmask_gather_kernel<P, W, I, S, false, false, true>;
