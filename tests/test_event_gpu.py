@@ -268,6 +268,18 @@ def test_binary_gather_edge_cases(rng, walk, monkeypatch):
     np.testing.assert_allclose(np.asarray(out), [2, 2, 0])
 
 
+def _ragged_rows(rng, nrows, ncols, max_len, index_dtype):
+    """A CSR of rows of 0..max_len synapses, 2% of its indices out of range (dropped). Returns ptr, idx
+    (both index_dtype), each synapse's row, and which synapses are in range."""
+    lens = rng.integers(0, max_len + 1, nrows)
+    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(index_dtype)
+    idx = rng.integers(0, ncols, int(ptr[-1]))
+    bad = rng.random(idx.size) < 0.02
+    idx[bad] = rng.choice([-1, ncols, 10**6], bad.sum())
+    idx = idx.astype(index_dtype)
+    return ptr, idx, np.repeat(np.arange(nrows), lens), (idx >= 0) & (idx < ncols)
+
+
 @pytest.mark.parametrize("index_dtype, walk", GATHER_WALKS)
 @pytest.mark.parametrize("max_len", [40, 12], ids=["weights-after-bits", "weights-eager"])
 def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype, walk, max_len, monkeypatch):
@@ -279,13 +291,7 @@ def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype
     loaded beside their indices)."""
     monkeypatch.setenv("XLAKERN_WALK32", walk)
     nrows, ncols = 150_001, 3001
-    lens = rng.integers(0, max_len + 1, nrows)
-    ptr = np.concatenate([[0], np.cumsum(lens)]).astype(index_dtype)
-    idx = rng.integers(0, ncols, int(ptr[-1]))
-    bad = rng.random(idx.size) < 0.02
-    idx[bad] = rng.choice([-1, ncols, 10**6], bad.sum())
-    idx = idx.astype(index_dtype)
-    rows, ok = np.repeat(np.arange(nrows), lens), (idx >= 0) & (idx < ncols)
+    ptr, idx, rows, ok = _ragged_rows(rng, nrows, ncols, max_len, index_dtype)
     on = rng.random(ncols) < 0.2
     spikes = {"bool": on, "float": np.where(on, rng.uniform(0.5, 2.0, ncols), -0.0).astype(np.float32)}
 
@@ -307,6 +313,46 @@ def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype
         w0 = np.float32(rng.uniform(0.5, 2.0))
         got = xlakern.binary_csrmv(jnp.asarray([w0]), i1, p1, on, shape=(nrows, ncols))
         np.testing.assert_allclose(np.asarray(got), expect(np.full(idx.size, float(w0)), on), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("index_dtype, walk", GATHER_WALKS)
+def test_binary_gather_small_products_in_small_blocks(rng, index_dtype, walk, monkeypatch):
+    """The binary mv gather of a small product (32 rows an SM at most, 8,192 columns at most) runs in
+    blocks of 8 warps that walk two rows each. Row counts about that bound (this GPU's SM count), odd
+    and even, one row, and column counts about the bitmask's bound; ragged rows of 0-200 synapses (up to
+    three rounds), indices out of range; weights of 4 and 8 bytes, one shared weight, bool and float
+    spikes. CSR and fixed-count rows against numpy in float64."""
+    monkeypatch.setenv("XLAKERN_WALK32", walk)
+    sms = getattr(jax.devices("gpu")[0], "core_count", None)
+    assert sms, "this jax reports no SM count (Device.core_count), which the test needs for the bound"
+    bound = 32 * sms  # the rows a small product has at most
+    shapes = [(1, 5), (2, 1), (33, 8192), (301, 4000), (bound - 1, 3000), (bound, 8192), (bound + 1, 4000),
+              (bound, 8193)]  # the last two: the 1,024-thread blocks, as a check on the same data
+    with jax.enable_x64(True):  # float64 weights and int64 indices stay as they are
+        for nrows, ncols in shapes:
+            ptr, idx, rows, ok = _ragged_rows(rng, nrows, ncols, 200, index_dtype)
+            on = rng.random(ncols) < 0.3
+            fs = np.where(on, rng.uniform(0.5, 2.0, ncols), 0.0).astype(np.float32)
+            for dtype in (np.float32, np.float64):
+                data = rng.standard_normal(idx.size).astype(dtype)
+                want = np.zeros(nrows)
+                np.add.at(want, rows[ok], data[ok].astype(np.float64) * on[idx[ok]])
+                for s in (on, fs):
+                    got = xlakern.binary_csrmv(jnp.asarray(data), jnp.asarray(idx), jnp.asarray(ptr), s,
+                                               shape=(nrows, ncols))
+                    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5,
+                                               err_msg=f"{nrows}x{ncols} {np.dtype(dtype).name} {s.dtype}")
+            w0 = np.float32(rng.uniform(0.5, 2.0))
+            want = np.zeros(nrows)
+            np.add.at(want, rows[ok], float(w0) * on[idx[ok]])
+            got = xlakern.binary_csrmv(jnp.asarray([w0]), jnp.asarray(idx), jnp.asarray(ptr), on, shape=(nrows, ncols))
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5, err_msg=f"{nrows}x{ncols} shared")
+            # fixed-count rows of 100 (two rounds, the second partial)
+            fidx = rng.integers(0, ncols, (nrows, 100)).astype(index_dtype)
+            fdata = rng.standard_normal((nrows, 100)).astype(np.float32)
+            got = xlakern.binary_fcnmv(jnp.asarray(fdata), jnp.asarray(fidx), on, shape=(nrows, ncols))
+            np.testing.assert_allclose(np.asarray(got), (fdata.astype(np.float64) * on[fidx]).sum(1), rtol=1e-5,
+                                       atol=1e-5, err_msg=f"{nrows}x{ncols} fixed-count")
 
 
 def test_dense_scatter_over_chunks_and_slices(rng):
