@@ -340,7 +340,8 @@ def test_binary_gather_small_products_in_small_blocks(rng, index_dtype, walk, mo
                 for s in (on, fs):
                     got = xlakern.binary_csrmv(jnp.asarray(data), jnp.asarray(idx), jnp.asarray(ptr), s,
                                                shape=(nrows, ncols))
-                    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-5,
+                    # (atol: float32 sums of up to ~60 signed terms that cancel to near zero)
+                    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-4,
                                                err_msg=f"{nrows}x{ncols} {np.dtype(dtype).name} {s.dtype}")
             w0 = np.float32(rng.uniform(0.5, 2.0))
             want = np.zeros(nrows)
@@ -352,7 +353,7 @@ def test_binary_gather_small_products_in_small_blocks(rng, index_dtype, walk, mo
             fdata = rng.standard_normal((nrows, 100)).astype(np.float32)
             got = xlakern.binary_fcnmv(jnp.asarray(fdata), jnp.asarray(fidx), on, shape=(nrows, ncols))
             np.testing.assert_allclose(np.asarray(got), (fdata.astype(np.float64) * on[fidx]).sum(1), rtol=1e-5,
-                                       atol=1e-5, err_msg=f"{nrows}x{ncols} fixed-count")
+                                       atol=1e-4, err_msg=f"{nrows}x{ncols} fixed-count")
 
 
 def test_dense_scatter_over_chunks_and_slices(rng):
