@@ -7,7 +7,8 @@
 //                   spikes of an mv are tested as bits instead: in shared memory where they fit,
 //                   else in the call's scratch output (packed there first) behind their summary;
 //                   with int32 indices (walk32_fits) it walks in 32-bit arithmetic, and loads the
-//                   weights beside the indices where they take 4 MiB or less.
+//                   weights beside the indices where they take 4 MiB or less; small products (32
+//                   rows an SM, 8,192 columns at most) run in 256-thread blocks, two rows a warp.
 //   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
 //                   lanes read the spikes coalesced, a ballot names the active rows, then the
 //                   whole warp walks each active row's synapses, 128 loads in flight a round, and
