@@ -644,13 +644,21 @@ int scatter_draws(int64_t ntable, int64_t gcols) {
   return per_row < 48.0 ? 32 : (per_row < 192.0 ? 128 : (per_row < 768.0 ? 512 : 1024));
 }
 
-// Rows a scatter block reads (a power of two, up to one a thread). Teams of fewer warps: the most that
-// still leaves about 8 blocks an SM, so that a block rarely draws more than one or two of the active rows
-// while others sit idle. One team a block (8 warps, rows of ~768 synapses and more), which walks its
-// active rows one after another: 16 rows, doubled while that leaves more than 48 blocks an SM (blocks
-// that find no active row still cost their launch). H100, K = 1,000, graph loops: at 1% of rows active,
-// 40k rows (16) 25 µs a step against 25-29 at the former 32, 400k rows (64) 68-72 against 75-78 at the
-// former 256; at 5%, 49-54 against 75-77 and 256-260 against 277 (bench/RESULTS.md, session 31).
+// Rows a scatter block reads (a power of two, up to one a thread).
+// One-warp teams (8 a block; rows under 192 synapses): the fewest rows that keep the grid to 3 blocks an
+// SM, one wave of resident blocks. Most blocks find no active row, but each costs its launch, its spike
+// reads and two barriers. H200, graph loops, K = 80, medians of 2-3 processes a setting: 40k rows from 32
+// a block (1,250 blocks) to 128, 11.3 to 9.0 us a step at 1% active and 13.5 to 12.1 at 5%; 4k rows from 2
+// to 16, 10.5 to 8.0 at 1% and 9.8 to 8.1 at 5%. Fewer blocks still (256 rows a block) were slower at 5%:
+// a block's 8 warps then walk several active rows each (bench/RESULTS.md, session 51).
+// Four-warp teams (2 a block): the most rows that still leave about 8 blocks an SM, so that a block
+// rarely draws more than one or two of the active rows while the other sits idle (at 40k rows of 300,
+// 1%, fewer blocks were no faster).
+// One team a block (8 warps, rows of ~768 synapses and more), which walks its active rows one after
+// another: 16 rows, doubled while that leaves more than 48 blocks an SM (blocks that find no active row
+// still cost their launch). H100, K = 1,000, graph loops: at 1% of rows active, 40k rows (16) 25 µs a step
+// against 25-29 at the former 32, 400k rows (64) 68-72 against 75-78 at the former 256; at 5%, 49-54
+// against 75-77 and 256-260 against 277 (bench/RESULTS.md, session 31).
 // XLAKERN_JITC_SCATTER_ROWS forces it.
 int scatter_rows(int64_t grows, int64_t batch_chunks, int team_warps, int64_t sms) {
   if (const int rows = forced_choice("XLAKERN_JITC_SCATTER_ROWS", {1, 2, 4, 8, 16, 32, 64, 128, 256})) return rows;
@@ -659,6 +667,8 @@ int scatter_rows(int64_t grows, int64_t batch_chunks, int team_warps, int64_t sm
   if (team_warps == kScatterWarps) {
     rows = 16;
     while (rows < kScatterThreads && blocks(rows) > sms * 48) rows *= 2;
+  } else if (team_warps == 1) {
+    while (rows < kScatterThreads && blocks(rows) > sms * 3) rows *= 2;
   } else {
     while (rows < kScatterThreads && blocks(2 * rows) >= sms * 8) rows *= 2;
   }
