@@ -648,7 +648,7 @@ int scatter_draws(int64_t ntable, int64_t gcols) {
 // One-warp teams (8 a block; rows under 192 synapses): the fewest rows that keep the grid to 3 blocks an
 // SM, one wave of resident blocks. Most blocks find no active row, but each costs its launch, its spike
 // reads and two barriers. H200, graph loops, K = 80, medians of 2-3 processes a setting: 40k rows from 32
-// a block (1,250 blocks) to 128, 11.3 to 9.0 us a step at 1% active and 13.5 to 12.1 at 5%; 4k rows from 2
+// a block (1,250 blocks) to 128, 11.3 to 9.0 µs a step at 1% active and 13.5 to 12.1 at 5%; 4k rows from 2
 // to 16, 10.5 to 8.0 at 1% and 9.8 to 8.1 at 5%. Fewer blocks still (256 rows a block) were slower at 5%:
 // a block's 8 warps then walk several active rows each (bench/RESULTS.md, session 51).
 // Four-warp teams (2 a block): the most rows that still leave about 8 blocks an SM, so that a block
