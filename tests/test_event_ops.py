@@ -183,6 +183,26 @@ def test_fixed_count_with_zero_targets(on_cpu, rng):
 
 
 @pytest.mark.parametrize("backend", ["cpp", "jnp"])
+def test_gather_without_columns(rng, on_cpu, backend):
+    # a structure of shape (rows, 0) whose slots all point outside it (the mv gather reads the spike of
+    # column 0 for an out-of-range slot, unless there is none): every slot is dropped, in mv and mm
+    idx = rng.integers(-3, 4, size=(6, 3)).astype(np.int32)
+    w = rng.standard_normal((6, 3)).astype(np.float32)
+    for s in (np.zeros(0, bool), np.zeros((0, 3), bool)):
+        out = xlakern.binary_fcnmv(w, idx, s, shape=(6, 0), transpose=False, backend=backend) if s.ndim == 1 else \
+            xlakern.binary_fcnmm(w, idx, s, shape=(6, 0), transpose=False, backend=backend)
+        assert out.shape == (6,) + s.shape[1:]
+        np.testing.assert_array_equal(out, 0)
+    # the dense layout's weight gradient where the spikes have no rows
+    for transpose, wshape, nout in ((False, (6, 0), 6), (True, (0, 5), 5)):
+        wd = jnp.asarray(rng.standard_normal(wshape), jnp.float32)
+        ct = jnp.asarray(rng.standard_normal(nout), jnp.float32)
+        g = jax.grad(lambda m: jnp.vdot(ct, xlakern.binary_densemv(m, jnp.zeros(0, bool), transpose=transpose,
+                                                                    backend=backend)))(wd)
+        assert g.shape == wshape
+
+
+@pytest.mark.parametrize("backend", ["cpp", "jnp"])
 def test_out_of_range_indices_are_dropped(rng, on_cpu, backend):
     with x64():
         dense, data, idx, ptr = _csr(rng, 20, 15, 0.4, )

@@ -15,6 +15,7 @@ Only the public core API is used: XLACustomKernel, the loaders and their cache.
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import jax
@@ -152,11 +153,17 @@ def _coo(data, indices, indptr, shape, nconn):
     return rows, jnp.clip(cols, 0, max(ncols - 1, 0)), valid, w
 
 
+def as_columns(x):
+    """``x`` as (rows, columns): its leading axis, then the rest flattened (a plain ``reshape(n, -1)``
+    cannot tell the columns when there are no rows)."""
+    return x.reshape(x.shape[0], math.prod(x.shape[1:]))
+
+
 def reference_sparse(data, indices, indptr, spikes, *, shape, transpose, binary, nconn):
     """jnp form of event_sparse: the product through a COO view of the structure."""
     nrows, ncols = shape
     acc = acc_dtype(data.dtype)
-    s2 = spikes.reshape(spikes.shape[0], -1)
+    s2 = as_columns(spikes)
     nout = ncols if transpose else nrows
     if nrows == 0 or ncols == 0 or indices.size == 0:
         return jnp.zeros((nout,) + spikes.shape[1:], acc)
@@ -219,8 +226,8 @@ def sparse_data_cotangent(ct, data_aval, indices, indptr, spikes, *, shape, tran
     nse = indices.size
     if nse == 0 or shape[0] == 0 or shape[1] == 0:
         return jnp.zeros(data_aval.shape, data_aval.dtype)
-    s2 = spike_factor(spikes.reshape(spikes.shape[0], -1), binary, acc)
-    c2 = ct.reshape(ct.shape[0], -1).astype(acc)
+    s2 = spike_factor(as_columns(spikes), binary, acc)
+    c2 = as_columns(ct).astype(acc)
     a, b = (s2, c2) if transpose else (c2, s2)
     ptr = jnp.zeros((1,), indices.dtype) if indptr is None else indptr.astype(indices.dtype)  # fixed count: unread
     per = row_col_p(a, b, indices.reshape(-1), ptr, outs=[SDS((nse,), acc)],
@@ -256,8 +263,8 @@ def reference_dense(weights, spikes, *, transpose, binary):
 
 def dense_weight_cotangent(ct, w_aval, spikes, *, transpose, binary):
     acc = acc_dtype(w_aval.dtype)
-    f = spike_factor(spikes, binary, acc).reshape(spikes.shape[0], -1)
-    c = ct.astype(acc).reshape(ct.shape[0], -1)
+    f = as_columns(spike_factor(spikes, binary, acc))
+    c = as_columns(ct.astype(acc))
     hi = jax.lax.Precision.HIGHEST
     g = jnp.matmul(f, c.T, precision=hi) if transpose else jnp.matmul(c, f.T, precision=hi)
     return g.astype(w_aval.dtype)
