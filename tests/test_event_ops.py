@@ -188,9 +188,8 @@ def test_gather_without_columns(rng, on_cpu, backend):
     # column 0 for an out-of-range slot, unless there is none): every slot is dropped, in mv and mm
     idx = rng.integers(-3, 4, size=(6, 3)).astype(np.int32)
     w = rng.standard_normal((6, 3)).astype(np.float32)
-    for s in (np.zeros(0, bool), np.zeros((0, 3), bool)):
-        out = xlakern.binary_fcnmv(w, idx, s, shape=(6, 0), transpose=False, backend=backend) if s.ndim == 1 else \
-            xlakern.binary_fcnmm(w, idx, s, shape=(6, 0), transpose=False, backend=backend)
+    for op, s in ((xlakern.binary_fcnmv, np.zeros(0, bool)), (xlakern.binary_fcnmm, np.zeros((0, 3), bool))):
+        out = op(w, idx, s, shape=(6, 0), transpose=False, backend=backend)
         assert out.shape == (6,) + s.shape[1:]
         np.testing.assert_array_equal(out, 0)
     # the dense layout's weight gradient where the spikes have no rows

@@ -154,13 +154,10 @@ void sparse_gather_mv(const W* data, const I* perm, const I* idx, const I* indpt
         const bool in = j < ncols;
         const S s = spk[in ? j : 0];
         const bool on = in & rule.active(s);
-        if constexpr (Permuted) {
+        if constexpr (Permuted)
           if (!on) return A(0);
-          return (g.homo ? w0 : slot_weight<true, A>(data, perm, g.nse, p)) * rule.template value<A>(s);
-        } else {
-          const A v = (g.homo ? w0 : A(widen(data[p]))) * rule.template value<A>(s);
-          return on ? v : A(0);
-        }
+        const A v = (g.homo ? w0 : slot_weight<Permuted, A>(data, perm, g.nse, p)) * rule.template value<A>(s);
+        return on ? v : A(0);
       };
       A acc0 = A(0), acc1 = A(0), acc2 = A(0), acc3 = A(0);
       int64_t p = begin;
