@@ -50,7 +50,7 @@ def _check_compressed_dt2t(rng, csc, mm, index_dtype):
             rows, cols = _rows_of(ptr), idx
         read = cols if transpose else rows
         n = shape[1] if transpose else shape[0]
-        for batch in ([1, 37] if mm else [None]):
+        for batch in ([1, 37, 70] if mm else [None]):  # 70: the CPU mm gather's two bit words
             lead = () if batch is None else (batch,)
             y = rng.standard_normal(lead + (n,))
             w = rng.standard_normal(lead + (len(idx),))
@@ -226,7 +226,7 @@ def test_fcn_dt2t_matches_numpy(rng, mm, index_dtype):
             k = min(k, cols)
             _, _, idx = random_fcn(rng, rows, cols, k)
             n = cols if transpose else rows
-            for batch in ([1, 37] if mm else [None]):
+            for batch in ([1, 37, 70] if mm else [None]):  # 70: the CPU mm gather's two bit words
                 lead = () if batch is None else (batch,)
                 y = rng.standard_normal(lead + (n,))
                 w = rng.standard_normal((1,)) if shared else rng.standard_normal(lead + idx.shape)
@@ -331,7 +331,7 @@ def _check_indexed(rng, mm, index_dtype, use_primitive):
         weights = rng.standard_normal(1) if shared else canonical
         mat = (dense != 0) * weights[0] if shared else dense
         n = shape[0] if transpose else shape[1]
-        for batch in ([1, 37] if mm else [None]):
+        for batch in ([1, 37, 70] if mm else [None]):  # 70: the CPU mm gather's two bit words
             lead = (n,) if batch is None else (n, batch)
             v = np.where(rng.random(lead) < 0.4, rng.standard_normal(lead), 0.0)
             factor = v if weighted else (v != 0).astype(float)

@@ -173,6 +173,37 @@ def _fcn(rng, r, c, k):
     return random_fcn(rng, r, c, k)
 
 
+@pytest.mark.parametrize("binary", [True, False])
+def test_mm_gather_across_bit_words(rng, on_cpu, binary):
+    """The C++ mm gather packs each spike row's active columns into 64-bit words and adds a slot's weight
+    at the set bits: batches on both sides of a word (2, 63, 64, 65, 130), columns that are silent, sparse,
+    busy or all active, and some slots pointing outside the matrix (dropped), against float64."""
+    rows, cols = 30, 40
+    with x64():
+        dense, data, idx, ptr = _csr(rng, rows, cols, 0.3)
+        bad = idx.copy()
+        pick = rng.choice(len(idx), size=max(1, len(idx) // 8), replace=False)
+        bad[pick] = rng.choice([-1, cols, 10**6], size=pick.size)
+        kept = np.zeros_like(dense)
+        ok = (bad >= 0) & (bad < cols)
+        np.add.at(kept, (np.repeat(np.arange(rows), np.diff(ptr))[ok], bad[ok]), data[ok])
+        w_fcn, idx_fcn = rng.standard_normal((rows, 6)), rng.integers(0, cols, size=(rows, 6))
+        dense_fcn = np.zeros((rows, cols))
+        np.add.at(dense_fcn, (np.repeat(np.arange(rows), 6), idx_fcn.reshape(-1)), w_fcn.reshape(-1))
+        for batch in (2, 63, 64, 65, 130):
+            rates = np.array([0.0, 0.03, 0.3, 1.0])[rng.permutation(batch) % 4]
+            on = rng.random((cols, batch)) < rates
+            s = on if binary else np.where(on, rng.uniform(-2.0, 2.0, on.shape), 0.0)
+            csr = xlakern.csrmm if not binary else xlakern.binary_csrmm
+            fcn = xlakern.fcnmm if not binary else xlakern.binary_fcnmm
+            out = csr(data, bad, ptr, jnp.asarray(s), shape=(rows, cols), transpose=False)
+            np.testing.assert_allclose(out, reference(kept, s, binary, False), rtol=1e-12, atol=1e-12,
+                                       err_msg=f"csr batch {batch}")
+            out = fcn(w_fcn, idx_fcn, jnp.asarray(s), shape=(rows, cols), transpose=False)
+            np.testing.assert_allclose(out, reference(dense_fcn, s, binary, False), rtol=1e-12, atol=1e-12,
+                                       err_msg=f"fcn batch {batch}")
+
+
 def test_fixed_count_with_zero_targets(on_cpu, rng):
     idx = jnp.zeros((7, 0), jnp.int32)
     for transpose in (False, True):

@@ -173,6 +173,31 @@ void sparse_gather_mv(const W* data, const I* perm, const I* idx, const I* indpt
   });
 }
 
+// The active spikes of a (rows, batch) spike matrix as bits: word t of row j holds columns 64t .. 64t + 63
+// of spike row j (`words` words a row).
+template <typename S, bool Binary>
+void pack_active_bits(const S* spk, int64_t nrows, int64_t batch, int64_t words, SpikeRule<S, Binary> rule,
+                      uint64_t* bits) {
+  xk::parallel_for(nrows, 1024, [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      const S* s = spk + j * batch;
+      for (int64_t t = 0; t < words; ++t) {
+        uint64_t word = 0;
+        const int64_t b1 = std::min<int64_t>(batch, 64 * t + 64);
+        for (int64_t b = 64 * t; b < b1; ++b) word |= uint64_t(rule.active(s[b])) << (b - 64 * t);
+        bits[j * words + t] = word;
+      }
+    }
+  });
+}
+
+// The gather of several spike columns (an mm). The spikes are packed into bits first (a word a slot and
+// 64 columns, instead of a column's spike each: 40k rows of 16 columns take 80 KB instead of 640 KB, so
+// the random reads hit the near caches), and a slot adds its weight only to the columns whose bits are set,
+// walked with a count of trailing zeros. The loop before tested every column's spike with a branch. On the
+// 2-core development VM (bench_event's `CSR @ S16`, rows of 80, 2 threads) 40k rows went from 32-33 to 11-12
+// ms a call at 1% active and from 47-49 to 27 ms at 5%; 4k rows from 2.75 to 1.04-1.07 ms and 4.1 to 2.3-2.4.
+// The adds of each column keep slot order (the sums of a loop that skips the inactive spikes).
 template <bool Permuted, typename W, typename I, typename S, bool Binary>
 void sparse_gather(const W* data, const I* perm, const I* idx, const I* indptr, const S* spk,
                    typename AccOf<W>::type* out, const Geometry& g, int64_t nconn, SpikeRule<S, Binary> rule) {
@@ -181,6 +206,9 @@ void sparse_gather(const W* data, const I* perm, const I* idx, const I* indptr, 
     sparse_gather_mv<Permuted>(data, perm, idx, indptr, spk, out, g, nconn, rule);
     return;
   }
+  const int64_t words = (g.batch + 63) / 64;
+  std::vector<uint64_t> bits(size_t(g.ncols * words));
+  pack_active_bits(spk, g.ncols, g.batch, words, rule, bits.data());
   const A w0 = g.homo ? A(widen(data[0])) : A(0);
   xk::parallel_for(g.nrows, 256, [&](int64_t lo, int64_t hi) {
     std::vector<A> acc(g.batch);
@@ -191,10 +219,17 @@ void sparse_gather(const W* data, const I* perm, const I* idx, const I* indptr, 
       for (int64_t p = begin; p < end; ++p) {
         const int64_t j = int64_t(idx[p]);
         if (uint64_t(j) >= uint64_t(g.ncols)) continue;  // out of range: dropped
+        const uint64_t* word = bits.data() + j * words;
         const S* s = spk + j * g.batch;
-        for (int64_t b = 0; b < g.batch; ++b) {
-          if (rule.active(s[b]))
-            acc[b] += (g.homo ? w0 : slot_weight<Permuted, A>(data, perm, g.nse, p)) * rule.template value<A>(s[b]);
+        for (int64_t t = 0; t < words; ++t) {
+          uint64_t x = word[t];
+          if (x == 0) continue;
+          const A w = g.homo ? w0 : slot_weight<Permuted, A>(data, perm, g.nse, p);
+          do {
+            const int64_t b = 64 * t + __builtin_ctzll(x);
+            acc[b] += w * rule.template value<A>(s[b]);
+            x &= x - 1;
+          } while (x != 0);
         }
       }
       std::memcpy(out + r * g.batch, acc.data(), sizeof(A) * g.batch);
