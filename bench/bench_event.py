@@ -56,8 +56,9 @@ RATES = (0.01, 0.05)
 SIZES = {"gpu": [4_000, 40_000, 400_000, 4_000_000], "cpu": [4_000, 40_000]}
 DENSE_MAX = 40_000
 COLUMNS = ["s @ CSR", "CSR @ s", "s @ FCN", "s @ dense", "S16 @ dense"]
-DENSE_BATCH = 16  # the spike columns of "S16 @ dense"
-BATCHED = {"S16 @ dense": DENSE_BATCH}
+EXTRA_COLUMNS = ["CSR @ S16", "S16 @ CSR"]  # timed only when named in --columns (the table is COLUMNS)
+DENSE_BATCH = 16  # the spike columns of "S16 @ dense", "CSR @ S16" and "S16 @ CSR"
+BATCHED = {"S16 @ dense": DENSE_BATCH, "CSR @ S16": DENSE_BATCH, "S16 @ CSR": DENSE_BATCH}
 
 
 def connectivity(n: int, seed: int = 0):
@@ -134,7 +135,10 @@ def xlakern_steps(w, idx, ptr, n):
     F = xlakern.FixedNumPerPre((jnp.asarray(w), jnp.asarray(idx)), shape=(n, n))
     steps = {"s @ CSR": (lambda s, M: xlakern.BinaryArray(s) @ M, W),
              "CSR @ s": (lambda s, M: M @ xlakern.BinaryArray(s), W),
-             "s @ FCN": (lambda s, M: xlakern.BinaryArray(s) @ M, F)}
+             "s @ FCN": (lambda s, M: xlakern.BinaryArray(s) @ M, F),
+             "CSR @ S16": (lambda S, M: xlakern.binary_csrmm(M.data, M.indices, M.indptr, S, shape=(n, n)), W),
+             "S16 @ CSR": (lambda S, M: xlakern.binary_csrmm(M.data, M.indices, M.indptr, S, shape=(n, n),
+                                                            transpose=True), W)}
     return steps, W
 
 
@@ -155,7 +159,9 @@ def brainevent_steps(w, idx, ptr, n):
     fcn = (jnp.asarray(w), jnp.asarray(idx))
     return {"s @ CSR": (be_csr(True), csr),
             "CSR @ s": (be_csr(False), csr),
-            "s @ FCN": (lambda s, M: be.binary_fcnmv(*M, s, shape=(n, n), transpose=True), fcn)}
+            "s @ FCN": (lambda s, M: be.binary_fcnmv(*M, s, shape=(n, n), transpose=True), fcn),
+            "CSR @ S16": (lambda S, M: be.binary_csrmm(*M[:3], S, shape=(n, n), workspace=M[3]), csr),
+            "S16 @ CSR": (lambda S, M: be.binary_csrmm(*M[:3], S, shape=(n, n), workspace=M[3], transpose=True), csr)}
 
 
 def dense_matrix(w, idx, n):
@@ -304,8 +310,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20, help="timed loop calls per figure (default 20)")
     ap.add_argument("--budget", type=float, default=3.0, help="seconds per figure before stopping early")
     ap.add_argument("--sizes", type=int, nargs="*", help="override N (default: 4k..4M GPU, 4k, 40k CPU)")
-    ap.add_argument("--columns", nargs="*", choices=COLUMNS, metavar="COLUMN",
-                    help=f"time only these products (default: all of {', '.join(COLUMNS)})")
+    ap.add_argument("--columns", nargs="*", choices=COLUMNS + EXTRA_COLUMNS, metavar="COLUMN",
+                    help=f"time only these products (default: all of {', '.join(COLUMNS)}; "
+                         f"also {', '.join(EXTRA_COLUMNS)}, the batched CSR gather and scatter)")
     ap.add_argument("--rates", type=float, nargs="*", default=list(RATES),
                     help="shares of neurons spiking (default 0.01 0.05); 0 times a step's fixed cost")
     ap.add_argument("--platforms", nargs="*", default=None, help="cpu and/or gpu (default: both where present)")

@@ -583,6 +583,41 @@ def test_out_of_range_indices_dropped_on_gpu(rng):
     np.testing.assert_allclose(np.asarray(out), [data[0], data[3] + data[5]], rtol=1e-6)
 
 
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_mm_gather_lane_groups(rng, binary, index_dtype):
+    """The GPU mm gather gives a row to a group of 8, 16 or 32 lanes (a lane a batch column) and walks the
+    row's slots a group at a time: batches on each side of the group widths and over two tiles, rows of
+    0 to ~100 slots, slots outside the matrix, CSR and fixed-count, float64 and float32 weights, against
+    float64 NumPy."""
+    rows, cols = 300, 150
+    dense, data, idx, ptr = random_csr(rng, rows, cols, 0.5)
+    bad = idx.copy()
+    pick = rng.choice(len(idx), size=len(idx) // 8, replace=False)
+    bad[pick] = rng.choice([-1, cols, 10**6], size=pick.size)
+    kept = np.zeros_like(dense)
+    ok = (bad >= 0) & (bad < cols)
+    np.add.at(kept, (np.repeat(np.arange(rows), np.diff(ptr))[ok], bad[ok]), data[ok])
+    dense_fcn, w_fcn, idx_fcn = random_fcn(rng, rows, cols, 40)
+    csr_op = xlakern.binary_csrmm if binary else xlakern.csrmm
+    fcn_op = xlakern.binary_fcnmm if binary else xlakern.fcnmm
+    with jax.enable_x64(True):
+        for batch in (2, 8, 9, 16, 17, 32, 33, 70):
+            rates = np.array([0.0, 0.05, 0.4, 1.0])[rng.permutation(batch) % 4]
+            on = rng.random((cols, batch)) < rates
+            s = on if binary else np.where(on, rng.uniform(-2.0, 2.0, on.shape), 0.0)
+            f = on.astype(np.float64) if binary else s
+            for wdt, tol in ((np.float64, 1e-12), (np.float32, 2e-5)):
+                args = (jnp.asarray(bad, index_dtype), jnp.asarray(ptr, index_dtype), jnp.asarray(s))
+                out = csr_op(jnp.asarray(data, wdt), *args, shape=(rows, cols))
+                np.testing.assert_allclose(np.asarray(out, np.float64), kept @ f, rtol=tol, atol=tol * 30,
+                                           err_msg=f"csr batch {batch} {wdt.__name__}")
+                out = fcn_op(jnp.asarray(w_fcn, wdt), jnp.asarray(idx_fcn, index_dtype), jnp.asarray(s),
+                             shape=(rows, cols))
+                np.testing.assert_allclose(np.asarray(out, np.float64), dense_fcn @ f, rtol=tol, atol=tol * 30,
+                                           err_msg=f"fcn batch {batch} {wdt.__name__}")
+
+
 def test_batch_wider_than_one_grid_dimension(rng):
     """More batch columns than gridDim.y allows (65535): the kernels stride over the rest."""
     dense, w, idx = random_fcn(rng, 3, 4, 2)
@@ -590,6 +625,10 @@ def test_batch_wider_than_one_grid_dimension(rng):
     out = xlakern.binary_fcnmm(w.astype(np.float32), idx.astype(np.int32), B, shape=(3, 4), transpose=True)
     np.testing.assert_allclose(np.asarray(out), dense.T @ B, rtol=1e-5, atol=1e-5)
     B2 = rng.random((4, 70000)) < 0.5
+    # the sparse mm gather takes 32 columns a tile: over 65535 tiles, its blocks stride too
+    B3 = rng.random((4, 32 * 65535 + 70)) < 0.5
+    out = xlakern.binary_fcnmm(w.astype(np.float32), idx.astype(np.int32), B3, shape=(3, 4), transpose=False)
+    np.testing.assert_allclose(np.asarray(out), dense @ B3, rtol=1e-5, atol=1e-5)
     out = xlakern.binary_densemm(jnp.asarray(dense, jnp.float32), B2, transpose=False)
     np.testing.assert_allclose(np.asarray(out), dense @ B2, rtol=1e-5, atol=1e-5)
     out = xlakern.binary_densemm(jnp.asarray(dense, jnp.float32), B, transpose=True)

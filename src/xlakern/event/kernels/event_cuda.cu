@@ -1,9 +1,11 @@
 // CUDA kernels of xlakern.event: the GPU twins of event_cpu.cc (same entry points, attributes,
 // orientation convention, output dtypes and out-of-range policy; see that file's header).
 //
-//   sparse gather   one warp per (row, batch column): lanes read the row's indices coalesced, four
-//                   slots a lane a round with the round's loads in flight together, test the spike,
-//                   read the weight only for active spikes, warp-reduce. Binary
+//   sparse gather   one spike column (mv): one warp per row: lanes read the row's indices coalesced,
+//                   four slots a lane a round with the round's loads in flight together, test the
+//                   spike, read the weight only for active spikes, warp-reduce. Several columns (mm):
+//                   a group of 8-32 lanes per row, a lane per batch column, the row's indices and
+//                   weights read once for all of them (sparse_gather_mm_kernel). Binary
 //                   spikes of an mv are tested as bits instead: in shared memory where they fit,
 //                   else in the call's scratch output (packed there first) behind their summary;
 //                   with int32 indices (walk32_fits) it walks in 32-bit arithmetic, and loads the
@@ -633,9 +635,8 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
     else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
                                 out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
                                 spike_scratch(scratch, ncols), st))
-      sparse_gather_kernel<false><<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), no_perm, indices.data_ptr<I>(),
-                                                             ptr, spikes.data_ptr<S>(), out.data_ptr<A>(), nrows,
-                                                             ncols, batch, nse, nconn, homo, rule);
+      launch_sparse_gather<false>(data.data_ptr<W>(), no_perm, indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
+                                  out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule, st);
   });
   XK_CHECK_LAUNCH();
 }

@@ -39,10 +39,9 @@ void event_sparse_indexed(const xk::Tensor data, const xk::Tensor indices, const
                          spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, nse, int64_t(-1), homo, rule,
                          rows_per_warp);
     else
-      sparse_gather_kernel<true><<<grid, kThreads, 0, st>>>(data.data_ptr<W>(), p, indices.data_ptr<I>(),
-                                                            indptr.data_ptr<I>(), spikes.data_ptr<S>(),
-                                                            out.data_ptr<A>(), nrows, ncols, batch, nse, -1,
-                                                            homo, rule);
+      launch_sparse_gather<true>(data.data_ptr<W>(), p, indices.data_ptr<I>(), indptr.data_ptr<I>(),
+                                 spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, nse, int64_t(-1), homo,
+                                 rule, st);
   });
   XK_CHECK_LAUNCH();
 }

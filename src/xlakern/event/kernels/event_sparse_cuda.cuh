@@ -117,6 +117,71 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
   }
 }
 
+// The gather of several spike columns (an mm): a group of G lanes (8, 16 or 32; 32 / G rows a warp)
+// takes a row and G batch columns, a lane a column, and walks the row's slots G at a time: the group loads
+// G indices and weights coalesced, then each lane reads the spikes of its column at those G columns of
+// the spike matrix, 8 slots' loads in flight together. A slot's spikes for the G columns sit side by side
+// (one or two 32-byte sectors), where a warp a (row, column), sparse_gather_kernel's mv walk, read a sector
+// for every spike and every index once a column: on an H200, 40k rows of 80 and 16 bool columns took 335
+// µs a step that way (BrainEvent 0.3.0: 88). Each column's sum is a lane's own, in slot order: no reduction.
+// A slot whose index or permutation entry is out of range adds nothing.
+template <bool Permuted, typename W, typename I, typename S, bool Binary>
+__global__ void __launch_bounds__(kThreads) sparse_gather_mm_kernel(
+    const W* __restrict__ data, const I* __restrict__ perm, const I* __restrict__ idx, const I* __restrict__ indptr,
+    const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch,
+    int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule, int group) {
+  using A = typename AccOf<W>::type;
+  constexpr int U = 8;  // slots whose spikes a lane loads together
+  const int lane = threadIdx.x & 31, g = lane / group, gl = lane % group;
+  const int64_t r = ((int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5) * (32 / group) + g;
+  if (r >= nrows) return;  // whole groups leave together
+  // the group's lanes, for its shuffles (the groups of a warp walk rows of different lengths)
+  const unsigned mask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << (g * group);
+  int64_t begin, end;
+  row_range(indptr, nconn, nse, r, begin, end);
+  const A w0 = homo ? A(widen(data[0])) : A(0);
+  for (int64_t b0 = int64_t(blockIdx.y) * group; b0 < batch; b0 += int64_t(gridDim.y) * group) {
+    const int64_t b = b0 + gl;
+    const bool column = b < batch;
+    A acc = A(0);
+    for (int64_t p0 = begin; p0 < end; p0 += group) {
+      // slot p0 + gl's column (-1: past the row, out of range, or its permutation entry is) and weight
+      const int64_t p = p0 + gl;
+      I jl = I(-1);
+      A wl = A(0);
+      if (p < end) {
+        jl = idx[p];
+        if (homo) {
+          wl = w0;
+        } else if constexpr (Permuted) {
+          const int64_t q = int64_t(perm[p]);
+          if (uint64_t(q) < uint64_t(nse)) wl = A(widen(data[q]));
+          else jl = I(-1);
+        } else {
+          wl = A(widen(data[p]));
+        }
+      }
+      if (uint64_t(int64_t(jl)) >= uint64_t(ncols)) jl = I(-1);
+      const int n = int(end - p0 < group ? end - p0 : group);  // the group's slots this round
+      for (int k0 = 0; k0 < n; k0 += U) {
+        I j[U];
+        A w[U];
+        S x[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          j[u] = __shfl_sync(mask, jl, k0 + u, group);  // (k0 + u >= n: a lane past the row, -1)
+          w[u] = __shfl_sync(mask, wl, k0 + u, group);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) x[u] = column && j[u] >= 0 ? spk[int64_t(j[u]) * batch + b] : S(0);
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc += rule.active(x[u]) ? w[u] * rule.template value<A>(x[u]) : A(0);
+      }
+    }
+    if (column) out[r * batch + b] = acc;
+  }
+}
+
 // rows_per_warp (a power of two, at most 32) is chosen by the host: 32 on large matrices, where one
 // coalesced read of 32 spikes a warp is what keeps inactive rows cheap; fewer where that would leave
 // the GPU with too few warps and each warp walking several active rows one after another.
@@ -198,6 +263,24 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
 // Blocks along y cover batch columns (the kernels stride over the rest).
 inline unsigned grid_y(int64_t batch) { return unsigned(batch < 65535 ? batch : 65535); }
 inline unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
+
+// Launches the plain gather: sparse_gather_kernel for one spike column (a warp a row), sparse_gather_mm_kernel
+// for several (a group of lanes a row, a lane a column).
+template <bool Permuted, typename W, typename I, typename S, bool Binary>
+void launch_sparse_gather(const W* data, const I* perm, const I* idx, const I* indptr, const S* spk,
+                          typename AccOf<W>::type* out, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse,
+                          int64_t nconn, bool homo, SpikeRule<S, Binary> rule, cudaStream_t st) {
+  if (nrows == 0 || batch == 0) return;
+  if (batch == 1) {
+    sparse_gather_kernel<Permuted><<<dim3(grid_for_warps(nrows), 1), kThreads, 0, st>>>(
+        data, perm, idx, indptr, spk, out, nrows, ncols, batch, nse, nconn, homo, rule);
+    return;
+  }
+  const int group = batch <= 8 ? 8 : (batch <= 16 ? 16 : 32);
+  const int64_t warps = (nrows + 32 / group - 1) / (32 / group), tiles = (batch + group - 1) / group;
+  sparse_gather_mm_kernel<Permuted><<<dim3(grid_for_warps(warps), grid_y(tiles)), kThreads, 0, st>>>(
+      data, perm, idx, indptr, spk, out, nrows, ncols, batch, nse, nconn, homo, rule, group);
+}
 
 // Rows a scatter's warp takes: as many (a power of two, at most 32) as still leaves about 48 warps an
 // SM (a full H100 holds 64). XLAKERN_SCATTER_ROWS (1, 2, 4, ..., 32) forces it, for the CSR and
