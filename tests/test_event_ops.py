@@ -111,8 +111,8 @@ def test_weight_index_and_spike_dtypes_gpu(rng):
 
 def test_signed_zeros_are_silent_and_nans_fire(rng, on_cpu):
     """The C++ scatters find active rows (the dense gather, active columns) a 64-bit word of spikes at a
-    time: -0.0 stays silent and a NaN fires as a binary spike, at every position of a word and in the
-    tail past the last whole word, for every spike width."""
+    time, a batch's rows too: -0.0 stays silent and a NaN fires as a binary spike, at every position of a
+    word and in the tail past the last whole word, for every spike width."""
     with x64():
         for family, sdt, transpose in itertools.product(["csr", "fcn", "dense"],
                                                         [np.float64, np.float32, np.float16, np.int8, bool],
@@ -134,6 +134,16 @@ def test_signed_zeros_are_silent_and_nans_fire(rng, on_cpu):
                 out = call(family, binary, False, dense, arrays, s, transpose, "cpp", dtype=jnp.float64)
                 np.testing.assert_allclose(np.asarray(out), reference(dense, s, binary, transpose), rtol=1e-12,
                                            atol=1e-12, err_msg=f"{family} {np.dtype(sdt)} {transpose} {binary}")
+                if family == "dense":
+                    continue
+                for batch in (3, 9):  # a batched scatter scans each row's spikes by words, with a tail
+                    sb = np.zeros((n, batch), sdt)
+                    if np.dtype(sdt).kind == "f":
+                        sb[rng.random((n, batch)) < 0.3] = -0.0
+                    sb[:, batch // 2] = s
+                    out = call(family, binary, True, dense, arrays, sb, transpose, "cpp", dtype=jnp.float64)
+                    np.testing.assert_allclose(np.asarray(out), reference(dense, sb, binary, transpose), rtol=1e-12,
+                                               atol=1e-12, err_msg=f"{family} {np.dtype(sdt)} batch {batch} {binary}")
 
 
 def test_half_weights_accumulate_in_float32(on_cpu):

@@ -65,13 +65,38 @@ inline uint64_t activity_bits(SpikeRule<S, Binary> rule) {
   return word;
 }
 
+// Whether any of spikes s[0 .. n) is active: 64-bit words at a time where the type allows, so a silent
+// row of a batch costs a test per 8 bytes.
+template <typename S, bool Binary>
+inline bool any_active(const S* s, int64_t n, SpikeRule<S, Binary> rule) {
+  int64_t b = 0;
+  if constexpr (sizeof(S) <= 8 && 8 % sizeof(S) == 0) {
+    constexpr int64_t per = 8 / sizeof(S);
+    const uint64_t bits = activity_bits(rule);
+    for (; b + per <= n; b += per) {
+      uint64_t word;
+      std::memcpy(&word, s + b, 8);
+      if (word & bits) return true;
+    }
+  }
+  for (; b < n; ++b)
+    if (rule.active(s[b])) return true;
+  return false;
+}
+
 // The rows with at least one active spike, ascending. One spike column is scanned a 64-bit word at a
-// time, so a silent stretch (most of a 1%-active vector) costs a test per 8 bytes, not a branch a spike.
+// time, so a silent stretch (most of a 1%-active vector) costs a test per 8 bytes, not a branch a spike;
+// a batch is scanned a row at a time, by words too.
 template <typename S, bool Binary>
 void find_active_rows(const S* spk, int64_t nrows, int64_t batch, SpikeRule<S, Binary> rule,
                       std::vector<int64_t>& active) {
+  if (batch != 1) {
+    for (int64_t r = 0; r < nrows; ++r)
+      if (any_active(spk + r * batch, batch, rule)) active.push_back(r);
+    return;
+  }
   int64_t r = 0;
-  if (batch == 1 && sizeof(S) <= 8 && 8 % sizeof(S) == 0) {
+  if (sizeof(S) <= 8 && 8 % sizeof(S) == 0) {
     constexpr int64_t per = 8 / sizeof(S);
     const uint64_t bits = activity_bits(rule);
     for (; r + per <= nrows; r += per) {
@@ -82,11 +107,8 @@ void find_active_rows(const S* spk, int64_t nrows, int64_t batch, SpikeRule<S, B
         if (rule.active(spk[r + i])) active.push_back(r + i);
     }
   }
-  for (; r < nrows; ++r) {
-    for (int64_t b = 0; b < batch; ++b) {
-      if (rule.active(spk[r * batch + b])) { active.push_back(r); break; }
-    }
-  }
+  for (; r < nrows; ++r)
+    if (rule.active(spk[r])) active.push_back(r);
 }
 
 struct Geometry {
