@@ -27,6 +27,20 @@ def random_csr(rng, rows, cols, density, empty_rows=True):
     return dense, dense[r, c], c, indptr
 
 
+def random_csr_with_dropped_slots(rng, rows, cols, density, every, bad_values):
+    """random_csr with one slot in `every` pointing outside the columns (at one of `bad_values`). Returns
+    (kept, data, indices, indptr): `kept` is the dense matrix of the slots left in range, the one an
+    operator multiplies by (out-of-range slots are dropped)."""
+    dense, data, idx, ptr = random_csr(rng, rows, cols, density)
+    bad = idx.copy()
+    pick = rng.choice(len(idx), size=max(1, len(idx) // every), replace=False)
+    bad[pick] = rng.choice(bad_values, size=pick.size)
+    kept = np.zeros_like(dense)
+    ok = (bad >= 0) & (bad < cols)
+    np.add.at(kept, (np.repeat(np.arange(rows), np.diff(ptr))[ok], bad[ok]), data[ok])
+    return kept, data, bad, ptr
+
+
 def random_fcn(rng, rows, cols, k):
     idx = np.stack([rng.choice(cols, size=k, replace=False) for _ in range(rows)]) if k else np.zeros((rows, 0), int)
     w = rng.standard_normal((rows, k))

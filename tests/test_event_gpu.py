@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import xlakern
-from _event_cases import random_csr, random_fcn
+from _event_cases import random_csr, random_csr_with_dropped_slots, random_fcn
 
 pytestmark = pytest.mark.gpu
 
@@ -591,13 +591,7 @@ def test_mm_gather_lane_groups(rng, binary, index_dtype):
     0 to ~100 slots, slots outside the matrix, CSR and fixed-count, float64 and float32 weights, against
     float64 NumPy."""
     rows, cols = 300, 150
-    dense, data, idx, ptr = random_csr(rng, rows, cols, 0.5)
-    bad = idx.copy()
-    pick = rng.choice(len(idx), size=len(idx) // 8, replace=False)
-    bad[pick] = rng.choice([-1, cols, 10**6], size=pick.size)
-    kept = np.zeros_like(dense)
-    ok = (bad >= 0) & (bad < cols)
-    np.add.at(kept, (np.repeat(np.arange(rows), np.diff(ptr))[ok], bad[ok]), data[ok])
+    kept, data, bad, ptr = random_csr_with_dropped_slots(rng, rows, cols, 0.5, 8, [-1, cols, 10**6])
     dense_fcn, w_fcn, idx_fcn = random_fcn(rng, rows, cols, 40)
     csr_op = xlakern.binary_csrmm if binary else xlakern.csrmm
     fcn_op = xlakern.binary_fcnmm if binary else xlakern.fcnmm

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import xlakern
-from _event_cases import OPS, call, make, reference, spikes
+from _event_cases import OPS, call, make, random_csr_with_dropped_slots, reference, spikes
 from conftest import x64
 
 FAMILY_CASES = [(f, b, mm) for (f, b, mm) in OPS]
@@ -190,16 +190,8 @@ def test_mm_gather_across_bit_words(rng, on_cpu, binary):
     busy or all active, and some slots pointing outside the matrix (dropped), against float64."""
     rows, cols = 30, 40
     with x64():
-        dense, data, idx, ptr = _csr(rng, rows, cols, 0.3)
-        bad = idx.copy()
-        pick = rng.choice(len(idx), size=max(1, len(idx) // 8), replace=False)
-        bad[pick] = rng.choice([-1, cols, 10**6], size=pick.size)
-        kept = np.zeros_like(dense)
-        ok = (bad >= 0) & (bad < cols)
-        np.add.at(kept, (np.repeat(np.arange(rows), np.diff(ptr))[ok], bad[ok]), data[ok])
-        w_fcn, idx_fcn = rng.standard_normal((rows, 6)), rng.integers(0, cols, size=(rows, 6))
-        dense_fcn = np.zeros((rows, cols))
-        np.add.at(dense_fcn, (np.repeat(np.arange(rows), 6), idx_fcn.reshape(-1)), w_fcn.reshape(-1))
+        kept, data, bad, ptr = random_csr_with_dropped_slots(rng, rows, cols, 0.3, 8, [-1, cols, 10**6])
+        dense_fcn, w_fcn, idx_fcn = _fcn(rng, rows, cols, 6)
         for batch in (2, 63, 64, 65, 130):
             rates = np.array([0.0, 0.03, 0.3, 1.0])[rng.permutation(batch) % 4]
             on = rng.random((cols, batch)) < rates
@@ -245,14 +237,7 @@ def test_gather_without_columns(rng, on_cpu, backend):
 @pytest.mark.parametrize("backend", ["cpp", "jnp"])
 def test_out_of_range_indices_are_dropped(rng, on_cpu, backend):
     with x64():
-        dense, data, idx, ptr = _csr(rng, 20, 15, 0.4, )
-        bad = idx.copy()
-        pick = rng.choice(len(idx), size=max(1, len(idx) // 4), replace=False)
-        bad[pick] = rng.choice([-1, -1000, 15, 10**6], size=pick.size)
-        kept = np.zeros_like(dense)
-        rows = np.repeat(np.arange(20), np.diff(ptr))
-        ok = (bad >= 0) & (bad < 15)
-        np.add.at(kept, (rows[ok], bad[ok]), data[ok])
+        kept, data, bad, ptr = random_csr_with_dropped_slots(rng, 20, 15, 0.4, 4, [-1, -1000, 15, 10**6])
         for transpose in (False, True):
             s = rng.random(20 if transpose else 15) < 0.5
             out = xlakern.binary_csrmv(data, bad, ptr, s, shape=(20, 15), transpose=transpose, backend=backend)

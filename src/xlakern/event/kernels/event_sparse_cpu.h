@@ -95,17 +95,12 @@ void find_active_rows(const S* spk, int64_t nrows, int64_t batch, SpikeRule<S, B
       if (any_active(spk + r * batch, batch, rule)) active.push_back(r);
     return;
   }
+  constexpr int64_t per = sizeof(S) <= 8 && 8 % sizeof(S) == 0 ? 8 / sizeof(S) : 1;  // spikes a word
   int64_t r = 0;
-  if (sizeof(S) <= 8 && 8 % sizeof(S) == 0) {
-    constexpr int64_t per = 8 / sizeof(S);
-    const uint64_t bits = activity_bits(rule);
-    for (; r + per <= nrows; r += per) {
-      uint64_t word;
-      std::memcpy(&word, spk + r, 8);
-      if ((word & bits) == 0) continue;
-      for (int64_t i = 0; i < per; ++i)
-        if (rule.active(spk[r + i])) active.push_back(r + i);
-    }
+  for (; r + per <= nrows; r += per) {
+    if (!any_active(spk + r, per, rule)) continue;
+    for (int64_t i = 0; i < per; ++i)
+      if (rule.active(spk[r + i])) active.push_back(r + i);
   }
   for (; r < nrows; ++r)
     if (rule.active(spk[r])) active.push_back(r);
