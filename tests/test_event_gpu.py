@@ -583,15 +583,22 @@ def test_out_of_range_indices_dropped_on_gpu(rng):
     np.testing.assert_allclose(np.asarray(out), [data[0], data[3] + data[5]], rtol=1e-6)
 
 
+# The GPU mm gather's two kernels, each forced through XLAKERN_MM_GATHER on every batch: 1, lane groups
+# (a row to a group of 8, 16 or 32 lanes, a lane a batch column); 2, tiles (a warp a row and 16 batch
+# columns, a lane a slot), which take one-byte binary spikes only (float spikes keep the lane groups).
+# By default one-byte spikes take the tiles above 8 columns.
+@pytest.mark.parametrize("kernel", ["1", "2"])
 @pytest.mark.parametrize("binary", [True, False])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_mm_gather_lane_groups(rng, binary, index_dtype):
-    """The GPU mm gather gives a row to a group of 8, 16 or 32 lanes (a lane a batch column) and walks the
-    row's slots a group at a time: batches on each side of the group widths and over two tiles, rows of
-    0 to ~100 slots, slots outside the matrix, CSR and fixed-count, float64 and float32 weights, against
-    float64 NumPy."""
+def test_mm_gather_kernels(rng, monkeypatch, kernel, binary, index_dtype):
+    """Both mm gathers: batches on each side of the group and tile widths and over several tiles (whole
+    tiles take 16-byte spike loads, partial ones a load a spike), rows of 0 to ~100 slots and of ~300 (a
+    tile walks rows 96 slots a round), slots outside the matrix, CSR and fixed-count, float64 and float32
+    weights, against float64 NumPy; and a matrix with no columns."""
+    monkeypatch.setenv("XLAKERN_MM_GATHER", kernel)
     rows, cols = 300, 150
     kept, data, bad, ptr = random_csr_with_dropped_slots(rng, rows, cols, 0.5, 8, [-1, cols, 10**6])
+    long_kept, long_data, long_bad, long_ptr = random_csr_with_dropped_slots(rng, 40, 700, 0.45, 8, [-1, 700])
     dense_fcn, w_fcn, idx_fcn = random_fcn(rng, rows, cols, 40)
     csr_op = xlakern.binary_csrmm if binary else xlakern.csrmm
     fcn_op = xlakern.binary_fcnmm if binary else xlakern.fcnmm
@@ -610,6 +617,19 @@ def test_mm_gather_lane_groups(rng, binary, index_dtype):
                              shape=(rows, cols))
                 np.testing.assert_allclose(np.asarray(out, np.float64), dense_fcn @ f, rtol=tol, atol=tol * 30,
                                            err_msg=f"fcn batch {batch} {wdt.__name__}")
+        for batch in (16, 40):
+            on = rng.random((700, batch)) < 0.3
+            s = on if binary else np.where(on, rng.uniform(-2.0, 2.0, on.shape), 0.0)
+            out = csr_op(jnp.asarray(long_data), jnp.asarray(long_bad, index_dtype), jnp.asarray(long_ptr, index_dtype),
+                         jnp.asarray(s), shape=(40, 700))
+            np.testing.assert_allclose(np.asarray(out), long_kept @ np.asarray(s, np.float64), rtol=1e-12,
+                                       atol=1e-11, err_msg=f"long rows, batch {batch}")
+    # no columns: every slot is out of range, and the tiles read no spike
+    w = rng.standard_normal((6, 3)).astype(np.float32)
+    out = xlakern.binary_fcnmm(w, rng.integers(-3, 4, size=(6, 3)).astype(index_dtype), np.zeros((0, 20), bool),
+                               shape=(6, 0))
+    assert out.shape == (6, 20)
+    np.testing.assert_array_equal(np.asarray(out), 0)
 
 
 def test_batch_wider_than_one_grid_dimension(rng):

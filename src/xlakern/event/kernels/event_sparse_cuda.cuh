@@ -70,6 +70,29 @@ __device__ __forceinline__ A slot_weight(const W* __restrict__ data, const I* __
   }
 }
 
+// Slot p's column and weight (w0 for one shared weight) for the mm gathers: column -1, adding nothing,
+// where p is past the row's end, its index is outside [0, ncols) or its permutation entry outside [0, nse).
+template <bool Permuted, typename A, typename W, typename I>
+__device__ __forceinline__ int64_t slot_column(const W* __restrict__ data, const I* __restrict__ perm,
+                                               const I* __restrict__ idx, int64_t nse, int64_t ncols, bool homo, A w0,
+                                               int64_t p, int64_t end, A& w) {
+  int64_t j = -1;
+  w = A(0);
+  if (p < end) {
+    j = int64_t(idx[p]);
+    if (homo) {
+      w = w0;
+    } else if constexpr (Permuted) {
+      const int64_t q = int64_t(perm[p]);
+      if (uint64_t(q) < uint64_t(nse)) w = A(widen(data[q]));
+      else j = -1;
+    } else {
+      w = A(widen(data[p]));
+    }
+  }
+  return uint64_t(j) < uint64_t(ncols) ? j : int64_t(-1);
+}
+
 // A warp a row (and batch column). A lane takes U slots a round, 32 apart, in three passes whose loads
 // are in flight together: the columns (and the permutation), the spikes, the weights of the active
 // spikes (weight 0's address for the others, so no load waits behind a branch). A row of 80 is one
@@ -117,7 +140,8 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
   }
 }
 
-// The gather of several spike columns (an mm): a group of G lanes (8, 16 or 32; 32 / G rows a warp)
+// The gather of several spike columns (an mm) of float or wide binary spikes, or of at most 8 one-byte
+// ones (the others take sparse_gather_tile_kernel, below): a group of G lanes (8, 16 or 32; 32 / G rows a warp)
 // takes a row and G batch columns, a lane a column, and walks the row's slots G at a time: the group loads
 // G indices and weights coalesced, then each lane reads the spikes of its column at those G columns of
 // the spike matrix, 8 slots' loads in flight together. A slot's spikes for the G columns sit side by side
@@ -145,23 +169,9 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_mm_kernel(
     const bool column = b < batch;
     A acc = A(0);
     for (int64_t p0 = begin; p0 < end; p0 += group) {
-      // slot p0 + gl's column (-1: past the row, out of range, or its permutation entry is) and weight
-      const int64_t p = p0 + gl;
-      I jl = I(-1);
-      A wl = A(0);
-      if (p < end) {
-        jl = idx[p];
-        if (homo) {
-          wl = w0;
-        } else if constexpr (Permuted) {
-          const int64_t q = int64_t(perm[p]);
-          if (uint64_t(q) < uint64_t(nse)) wl = A(widen(data[q]));
-          else jl = I(-1);
-        } else {
-          wl = A(widen(data[p]));
-        }
-      }
-      if (uint64_t(int64_t(jl)) >= uint64_t(ncols)) jl = I(-1);
+      // slot p0 + gl's column and weight
+      A wl;
+      const I jl = I(slot_column<Permuted>(data, perm, idx, nse, ncols, homo, w0, p0 + gl, end, wl));
       const int n = int(end - p0 < group ? end - p0 : group);  // the group's slots this round
       for (int k0 = 0; k0 < n; k0 += U) {
         I j[U];
@@ -179,6 +189,121 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_mm_kernel(
       }
     }
     if (column) out[r * batch + b] = acc;
+  }
+}
+
+// The gather of several columns of one-byte binary spikes (bool), kTile batch columns at a time: a warp a
+// row, lane l taking the row's slots l, l + 32 and l + 64 (a round of 96, so a row of 80 is one round). A
+// lane loads its slots' indices and weights, then each slot's kTile spikes, which sit side by side in the
+// (ncols, batch) spike matrix (one 16-byte load where its rows are 16-byte aligned), and adds the slot's
+// weight into its own sum of each column whose byte is active (one test of the byte against the rule's
+// mask and one predicated add). A butterfly of 16 shuffles then leaves column t's total in lanes 2t and
+// 2t + 1. A row thus waits on memory three times (bounds, indices, spikes), and once more a round
+// after its first (the next round's indices load beside this round's spikes), where
+// sparse_gather_mm_kernel, a lane a column, waits twice for every 8 of a row's slots. H200, rows of 80,
+// 16 bool columns, µs a step: 4k rows 12.7 to 9.6, 40k 62 to 36, 400k 568 to 336 (BrainEvent 0.3.0: 17.4,
+// 88, 870). The same kernel for 4-byte spikes (binary float32 or float) was slower from 40k rows on (66
+// to 78 µs at 40k, 600 to 820 at 400k): a slot's 64 bytes of spikes take 4 times the registers, so those
+// keep the lane groups (bench/RESULTS.md, session 54). A slot whose index or permutation entry is out of
+// range adds nothing.
+constexpr int kTile = 16;
+
+// The kTile one-byte spikes of column j in the tile from b0 (nb of them in the matrix; the rest read as
+// 0) as four words, spike t in byte t % 4 of word t / 4: as one 16-byte load where `vec` (the same in
+// every thread: the launcher found the matrix's rows 16-byte aligned) and the tile is whole.
+__device__ __forceinline__ void load_tile_words(const uint8_t* __restrict__ spk, int64_t j, int64_t batch, int64_t b0,
+                                                int nb, bool vec, uint32_t (&word)[kTile / 4]) {
+  const uint8_t* src = spk + j * batch + b0;
+  if (vec && nb == kTile) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
+    word[0] = raw.x;
+    word[1] = raw.y;
+    word[2] = raw.z;
+    word[3] = raw.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kTile / 4; ++k) word[k] = 0u;
+#pragma unroll
+    for (int t = 0; t < kTile; ++t)
+      if (t < nb) word[t / 4] |= uint32_t(src[t]) << (8 * (t % 4));
+  }
+}
+
+// Half of a lane's n sums go to the lane `bit` away and half stay, each added to the partner's: after
+// the steps 16, 8, 4, 2 a lane holds one column's sum over 16 lanes (lane >> 1's), lanes with `bit` set
+// keeping the upper half.
+template <int n, typename A>
+__device__ __forceinline__ void butterfly_step(const A (&in)[n], A (&out)[n / 2], int bit) {
+  const bool upper = (int(threadIdx.x) & bit) != 0;
+#pragma unroll
+  for (int i = 0; i < n / 2; ++i) {
+    const A send = upper ? in[i] : in[i + n / 2];
+    const A keep = upper ? in[i + n / 2] : in[i];
+    out[i] = keep + __shfl_xor_sync(0xffffffffu, send, unsigned(bit));
+  }
+}
+
+template <bool Permuted, typename W, typename I>
+__global__ void __launch_bounds__(kThreads) sparse_gather_tile_kernel(
+    const W* __restrict__ data, const I* __restrict__ perm, const I* __restrict__ idx, const I* __restrict__ indptr,
+    const uint8_t* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols,
+    int64_t batch, int64_t nse, int64_t nconn, bool homo, SpikeRule<uint8_t, true> rule, bool vec) {
+  using A = typename AccOf<W>::type;
+  constexpr int U = 3;  // slots a lane a round
+  const int64_t r = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= nrows) return;  // whole warps leave together
+  int64_t begin, end;
+  row_range(indptr, nconn, nse, r, begin, end);
+  const A w0 = homo ? A(widen(data[0])) : A(0);
+  const uint32_t mask = uint32_t(rule.mask) * 0x01010101u;  // the rule's byte mask in each byte
+  // the columns (-1: past the row, out of range, or its permutation entry is) and weights of the round
+  // of slots from p0
+  auto load_slots = [&](int64_t p0, int64_t (&j)[U], A (&w)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      j[u] = slot_column<Permuted>(data, perm, idx, nse, ncols, homo, w0, p0 + u * 32 + lane, end, w[u]);
+  };
+  for (int64_t b0 = int64_t(blockIdx.y) * kTile; b0 < batch; b0 += int64_t(gridDim.y) * kTile) {
+    const int nb = int(batch - b0 < kTile ? batch - b0 : kTile);
+    A acc[kTile];
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) acc[t] = A(0);
+    int64_t jn[U];
+    A wn[U];
+    if (begin < end) load_slots(begin, jn, wn);
+    for (int64_t p0 = begin; p0 < end; p0 += U * 32) {  // (the same rounds in every lane)
+      int64_t j[U];
+      A w[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        j[u] = jn[u];
+        w[u] = wn[u];
+      }
+      if (p0 + U * 32 < end) load_slots(p0 + U * 32, jn, wn);  // in flight beside this round's spikes
+      // every lane loads (column 0 for a slot with none: the launcher saw ncols > 0), then clears the
+      // words of a slot with none
+      uint32_t word[U][kTile / 4];
+#pragma unroll
+      for (int u = 0; u < U; ++u) load_tile_words(spk, j[u] >= 0 ? j[u] : 0, batch, b0, nb, vec, word[u]);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int k = 0; k < kTile / 4; ++k) word[u][k] = j[u] >= 0 ? word[u][k] & mask : 0u;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int t = 0; t < kTile; ++t)
+          if (word[u][t / 4] & (0xffu << (8 * (t % 4)))) acc[t] += w[u];
+    }
+    A s8[8], s4[4], s2[2], s1[1];
+    butterfly_step<16>(acc, s8, 16);
+    butterfly_step<8>(s8, s4, 8);
+    butterfly_step<4>(s4, s2, 4);
+    butterfly_step<2>(s2, s1, 2);
+    const A total = s1[0] + __shfl_xor_sync(0xffffffffu, s1[0], 1u);
+    const int t = lane >> 1;
+    if ((lane & 1) == 0 && t < nb) out[r * batch + b0 + t] = total;
   }
 }
 
@@ -264,8 +389,9 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
 inline unsigned grid_y(int64_t batch) { return unsigned(batch < 65535 ? batch : 65535); }
 inline unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
 
-// Launches the plain gather: sparse_gather_kernel for one spike column (a warp a row), sparse_gather_mm_kernel
-// for several (a group of lanes a row, a lane a column).
+// Launches the plain gather: sparse_gather_kernel for one spike column (a warp a row); for several,
+// sparse_gather_tile_kernel (one-byte binary spikes, more than 8 columns: a warp a row and 16 columns, a lane
+// a slot) or sparse_gather_mm_kernel (a group of lanes a row, a lane a column).
 template <bool Permuted, typename W, typename I, typename S, bool Binary>
 void launch_sparse_gather(const W* data, const I* perm, const I* idx, const I* indptr, const S* spk,
                           typename AccOf<W>::type* out, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse,
@@ -275,6 +401,24 @@ void launch_sparse_gather(const W* data, const I* perm, const I* idx, const I* i
     sparse_gather_kernel<Permuted><<<dim3(grid_for_warps(nrows), 1), kThreads, 0, st>>>(
         data, perm, idx, indptr, spk, out, nrows, ncols, batch, nse, nconn, homo, rule);
     return;
+  }
+  // One-byte binary spikes take the tiles above 8 columns (where a tile of 16 is at least half used), the
+  // lane groups otherwise. XLAKERN_MM_GATHER forces the lane groups (1) or, for one-byte binary spikes,
+  // the tiles (2).
+  if constexpr (Binary && sizeof(S) == 1) {
+    const int forced = forced_choice("XLAKERN_MM_GATHER", {1, 2});
+    if (forced == 2 || (forced == 0 && batch > 8)) {
+      if (ncols == 0) {  // every slot is out of range: the sums are 0 (and a tile would read a spike)
+        XK_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(nrows * batch) * sizeof(*out), st));
+        return;
+      }
+      const bool vec = reinterpret_cast<uintptr_t>(spk) % 16 == 0 && batch % 16 == 0;
+      const dim3 grid(grid_for_warps(nrows), grid_y((batch + kTile - 1) / kTile));
+      sparse_gather_tile_kernel<Permuted><<<grid, kThreads, 0, st>>>(
+          data, perm, idx, indptr, reinterpret_cast<const uint8_t*>(spk), out, nrows, ncols, batch, nse, nconn, homo,
+          SpikeRule<uint8_t, true>{uint8_t(rule.mask)}, vec);
+      return;
+    }
   }
   const int group = batch <= 8 ? 8 : (batch <= 16 ? 16 : 32);
   const int64_t warps = (nrows + 32 / group - 1) / (32 / group), tiles = (batch + group - 1) / group;
