@@ -585,8 +585,9 @@ def test_out_of_range_indices_dropped_on_gpu(rng):
 
 # The GPU mm gather's two kernels, each forced through XLAKERN_MM_GATHER on every batch: 1, lane groups
 # (a row to a group of 8, 16 or 32 lanes, a lane a batch column); 2, tiles (a warp a row and 16 batch
-# columns, a lane a slot), which take one-byte binary spikes only (float spikes keep the lane groups).
-# By default one-byte spikes take the tiles above 8 columns.
+# columns, a lane a slot), which take one-byte binary spikes, and wider binary spikes once copied a byte
+# each into the call's scratch (float spikes keep the lane groups). By default binary spikes take the tiles
+# above 8 columns.
 @pytest.mark.parametrize("kernel", ["1", "2"])
 @pytest.mark.parametrize("binary", [True, False])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
@@ -594,7 +595,7 @@ def test_mm_gather_kernels(rng, monkeypatch, kernel, binary, index_dtype):
     """Both mm gathers: batches on each side of the group and tile widths and over several tiles (whole
     tiles take 16-byte spike loads, partial ones a load a spike), rows of 0 to ~100 slots and of ~300 (a
     tile walks rows 96 slots a round), slots outside the matrix, CSR and fixed-count, float64 and float32
-    weights, against float64 NumPy; and a matrix with no columns."""
+    weights, float32 spikes read as binary, against float64 NumPy; and a matrix with no columns."""
     monkeypatch.setenv("XLAKERN_MM_GATHER", kernel)
     rows, cols = 300, 150
     kept, data, bad, ptr = random_csr_with_dropped_slots(rng, rows, cols, 0.5, 8, [-1, cols, 10**6])
@@ -617,6 +618,13 @@ def test_mm_gather_kernels(rng, monkeypatch, kernel, binary, index_dtype):
                              shape=(rows, cols))
                 np.testing.assert_allclose(np.asarray(out, np.float64), dense_fcn @ f, rtol=tol, atol=tol * 30,
                                            err_msg=f"fcn batch {batch} {wdt.__name__}")
+            if binary:  # float32 spikes, read as binary (-0.0 silent, NaN active): tiles copy them to bytes first
+                wide = np.where(on, rng.choice(np.array([1.0, -3.5, np.nan], np.float32), on.shape),
+                                rng.choice(np.array([0.0, -0.0], np.float32), on.shape))
+                out = csr_op(jnp.asarray(data, np.float32), jnp.asarray(bad, index_dtype), jnp.asarray(ptr, index_dtype),
+                             jnp.asarray(wide), shape=(rows, cols))
+                np.testing.assert_allclose(np.asarray(out, np.float64), kept @ f, rtol=2e-5, atol=6e-4,
+                                           err_msg=f"float32 binary spikes, batch {batch}")
         for batch in (16, 40):
             on = rng.random((700, batch)) < 0.3
             s = on if binary else np.where(on, rng.uniform(-2.0, 2.0, on.shape), 0.0)

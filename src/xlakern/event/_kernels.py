@@ -50,26 +50,34 @@ def acc_dtype(weight_dtype) -> jnp.dtype:
     return jnp.dtype(jnp.float64) if jnp.dtype(weight_dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
 
-def bits_scratch(spikes, ncols: int, transpose: bool, binary: bool) -> jax.ShapeDtypeStruct:
+def bits_scratch(spikes, ncols: int, transpose: bool, binary: bool, spike_bytes: bool = False) -> jax.ShapeDtypeStruct:
     """The CUDA gathers' second output: room for binary spikes as bits (a word per 32 columns) and
     their summary (a bit per 8 columns: ``spike_summary_words`` in event_common.h) when they are one
     column (mv), else one word. XLA allocates it per call as a temporary; the kernel packs the spikes
-    there when the bitmask does not fit a block's shared memory (from ~1.8M columns)."""
-    if not (binary and not transpose and spikes.ndim == 1):
+    there when the bitmask does not fit a block's shared memory (from ~1.8M columns). With
+    ``spike_bytes`` (the stored-layout gathers), binary spikes wider than a byte in several columns get
+    a byte each instead: the mm gather copies them there for its tiles (gather_wide_binary_as_bytes)."""
+    if not (binary and not transpose):
+        return SDS((1,), jnp.uint32)
+    if spikes.ndim == 2:
+        if spike_bytes and jnp.dtype(spikes.dtype).itemsize > 1 and spikes.shape[1] > 1:
+            return SDS((max((spikes.size + 3) // 4, 1),), jnp.uint32)
         return SDS((1,), jnp.uint32)
     words = (ncols + 31) // 32
     summary = (words + 31) // 32 * 4
     return SDS((max(words + summary, 1),), jnp.uint32)
 
 
-def call_product(entry, *arrays, out, scratch: bool, spike_cols: int, transpose: bool, binary: bool, **attrs):
+def call_product(entry, *arrays, out, scratch: bool, spike_cols: int, transpose: bool, binary: bool,
+                 spike_bytes: bool = False, **attrs):
     """One product through a compiled entry point whose last array is the spikes (``spike_cols`` columns
     of the stored or generated matrix). With ``scratch`` (the CUDA entry points) it also passes
     :func:`bits_scratch` as a second output and returns the product alone."""
     kw = dict(transpose=transpose, binary=binary, **attrs)
     if not scratch:
         return entry(*arrays, outs=out, **kw)
-    product, _ = entry(*arrays, outs=[out, bits_scratch(arrays[-1], spike_cols, transpose, binary)], **kw)
+    room = bits_scratch(arrays[-1], spike_cols, transpose, binary, spike_bytes)
+    product, _ = entry(*arrays, outs=[out, room], **kw)
     return product
 
 
@@ -349,8 +357,8 @@ class _Family:
                     if indptr is None:  # fixed count per row: the kernel ignores indptr
                         indptr = jnp.zeros((1,), indices.dtype)
                     return call_product(mod.event_sparse, data, indices.reshape(-1), indptr, spikes, out=outs[0],
-                                        scratch=scratch, spike_cols=shape[1], nrows=shape[0], ncols=shape[1],
-                                        nconn=nconn, transpose=transpose, binary=binary)
+                                        scratch=scratch, spike_cols=shape[1], spike_bytes=True, nrows=shape[0],
+                                        ncols=shape[1], nconn=nconn, transpose=transpose, binary=binary)
                 return run
             return generator
 

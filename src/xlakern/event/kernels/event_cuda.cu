@@ -595,10 +595,17 @@ bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, 
 }
 
 
+// The scratch output as bytes, for gather_wide_binary_as_bytes (nullptr / 0 unless it is uint32).
+uint8_t* scratch_bytes(xk::Tensor& scratch) {
+  return scratch.dtype() == DType::UInt32 ? reinterpret_cast<uint8_t*>(scratch.data_ptr<uint32_t>()) : nullptr;
+}
+int64_t scratch_size(const xk::Tensor& scratch) { return scratch.dtype() == DType::UInt32 ? scratch.numel() * 4 : 0; }
+
 }  // namespace
 
 // `scratch` (uint32, no contents expected: spike_scratch says what it holds) is where a binary mv gather
-// too wide for shared memory packs its spikes; any smaller array leaves it to read the spikes instead.
+// too wide for shared memory packs its spikes, and a binary mm gather of spikes wider than a byte copies
+// them a byte each (gather_wide_binary_as_bytes); any smaller array leaves it to read the spikes instead.
 // @xk event_sparse arg arg arg arg ret ret attr.nrows:int64 attr.ncols:int64 attr.nconn:int64 attr.transpose:bool attr.binary:bool stream
 void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Tensor indptr, const xk::Tensor spikes,
                   xk::Tensor out, xk::Tensor scratch, int64_t nrows, int64_t ncols, int64_t nconn, bool transpose,
@@ -634,7 +641,10 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
                          rows_per_warp);
     else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
                                 out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
-                                spike_scratch(scratch, ncols), st))
+                                spike_scratch(scratch, ncols), st) &&
+             !gather_wide_binary_as_bytes(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
+                                          out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
+                                          scratch_bytes(scratch), scratch_size(scratch), st))
       launch_sparse_gather<false>(data.data_ptr<W>(), no_perm, indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
                                   out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule, st);
   });

@@ -229,6 +229,16 @@ __device__ __forceinline__ void load_tile_words(const uint8_t* __restrict__ spk,
   }
 }
 
+// One byte a spike, 1 where active under the rule: wider binary spikes (float32 0/1, say) copied into a
+// call's scratch for the tile gather, whose 16 spikes a slot then take one 16-byte load and 4 registers
+// instead of up to 8 loads and 32 registers.
+template <typename S>
+__global__ void __launch_bounds__(kThreads) spike_bytes_kernel(const S* __restrict__ spk, int64_t n,
+                                                               SpikeRule<S, true> rule, uint8_t* __restrict__ bytes) {
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads)
+    bytes[i] = rule.active(spk[i]) ? 1 : 0;
+}
+
 // Half of a lane's n sums go to the lane `bit` away and half stay, each added to the partner's: after
 // the steps 16, 8, 4, 2 a lane holds one column's sum over 16 lanes (lane >> 1's), lanes with `bit` set
 // keeping the upper half.
@@ -424,6 +434,30 @@ void launch_sparse_gather(const W* data, const I* perm, const I* idx, const I* i
   const int64_t warps = (nrows + 32 / group - 1) / (32 / group), tiles = (batch + group - 1) / group;
   sparse_gather_mm_kernel<Permuted><<<dim3(grid_for_warps(warps), grid_y(tiles)), kThreads, 0, st>>>(
       data, perm, idx, indptr, spk, out, nrows, ncols, batch, nse, nconn, homo, rule, group);
+}
+
+// The mm gather of binary spikes wider than a byte: copied a byte a spike into `scratch` (when it holds
+// them), then the tile gather, where the default or XLAKERN_MM_GATHER=2 picks the tiles (more than 8
+// columns); false otherwise (the caller runs launch_sparse_gather on the spikes as they are).
+// H200, 40k rows of 80, 16 float32 0/1 columns: 66 us a step on the lane groups (bench/RESULTS.md, session 54).
+template <typename W, typename I, typename S, bool Binary>
+bool gather_wide_binary_as_bytes(const W* data, const I* idx, const I* indptr, const S* spk,
+                                 typename AccOf<W>::type* out, int64_t nrows, int64_t ncols, int64_t batch,
+                                 int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule, uint8_t* scratch,
+                                 int64_t scratch_bytes, cudaStream_t st) {
+  if constexpr (Binary && sizeof(S) > 1) {
+    const int forced = forced_choice("XLAKERN_MM_GATHER", {1, 2});
+    const int64_t n = ncols * batch;
+    if (forced == 1 || (forced == 0 && batch <= 8) || batch == 1 || scratch == nullptr || scratch_bytes < n ||
+        nrows == 0 || n == 0)
+      return false;
+    const unsigned blocks = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 20));
+    spike_bytes_kernel<<<blocks, kThreads, 0, st>>>(spk, n, rule, scratch);
+    launch_sparse_gather<false>(data, static_cast<const I*>(nullptr), idx, indptr, static_cast<const uint8_t*>(scratch),
+                                out, nrows, ncols, batch, nse, nconn, homo, SpikeRule<uint8_t, true>{uint8_t(1u)}, st);
+    return true;
+  }
+  return false;
 }
 
 // Rows a scatter's warp takes: as many (a power of two, at most 32) as still leaves about 48 warps an
