@@ -203,9 +203,10 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_mm_kernel(
 // sparse_gather_mm_kernel, a lane a column, waits twice for every 8 of a row's slots. H200, rows of 80,
 // 16 bool columns, µs a step: 4k rows 12.7 to 9.6, 40k 62 to 36, 400k 568 to 336 (BrainEvent 0.3.0: 17.4,
 // 88, 870). The same kernel for 4-byte spikes (binary float32 or float) was slower from 40k rows on (66
-// to 78 µs at 40k, 600 to 820 at 400k): a slot's 64 bytes of spikes take 4 times the registers, so those
-// keep the lane groups (bench/RESULTS.md, session 54). A slot whose index or permutation entry is out of
-// range adds nothing.
+// to 78 µs at 40k, 600 to 820 at 400k): a slot's 64 bytes of spikes take 4 times the registers. So float
+// spikes keep the lane groups, and wider binary spikes are first copied a byte each
+// (gather_wide_binary_as_bytes; bench/RESULTS.md, session 54). A slot whose index or permutation entry is
+// out of range adds nothing.
 constexpr int kTile = 16;
 
 // The kTile one-byte spikes of column j in the tile from b0 (nb of them in the matrix; the rest read as
@@ -439,7 +440,8 @@ void launch_sparse_gather(const W* data, const I* perm, const I* idx, const I* i
 // The mm gather of binary spikes wider than a byte: copied a byte a spike into `scratch` (when it holds
 // them), then the tile gather, where the default or XLAKERN_MM_GATHER=2 picks the tiles (more than 8
 // columns); false otherwise (the caller runs launch_sparse_gather on the spikes as they are).
-// H200, 40k rows of 80, 16 float32 0/1 columns: 66 us a step on the lane groups (bench/RESULTS.md, session 54).
+// H200, rows of 80, 16 float32 0/1 columns, µs a step: 40k rows 66-71 to 37-40, 400k 606-609 to 353-354
+// (bench/RESULTS.md, session 54).
 template <typename W, typename I, typename S, bool Binary>
 bool gather_wide_binary_as_bytes(const W* data, const I* idx, const I* indptr, const S* spk,
                                  typename AccOf<W>::type* out, int64_t nrows, int64_t ncols, int64_t batch,
