@@ -647,7 +647,7 @@ def test_batch_wider_than_one_grid_dimension(rng):
     out = xlakern.binary_fcnmm(w.astype(np.float32), idx.astype(np.int32), B, shape=(3, 4), transpose=True)
     np.testing.assert_allclose(np.asarray(out), dense.T @ B, rtol=1e-5, atol=1e-5)
     B2 = rng.random((4, 70000)) < 0.5
-    # the sparse mm gather takes 32 columns a tile: over 65535 tiles, its blocks stride too
+    # the sparse mm gather of bool spikes takes 16 columns a tile: over 65535 tiles, its blocks stride too
     B3 = rng.random((4, 32 * 65535 + 70)) < 0.5
     out = xlakern.binary_fcnmm(w.astype(np.float32), idx.astype(np.int32), B3, shape=(3, 4), transpose=False)
     np.testing.assert_allclose(np.asarray(out), dense @ B3, rtol=1e-5, atol=1e-5)
