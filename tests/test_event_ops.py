@@ -234,6 +234,28 @@ def test_gather_without_columns(rng, on_cpu, backend):
         assert g.shape == wshape
 
 
+def test_gather_scratch_sizes():
+    """The CUDA stored-layout gathers' scratch output (sized in Python, read by the launchers): bits for a
+    binary mv, a byte a spike for binary spikes wider than a byte in several columns (the tile gather copies
+    them there, and falls back to slower kernels where it is short), one word otherwise."""
+    from xlakern.event._kernels import bits_scratch
+
+    def words(shape, dtype, transpose=False, binary=True, spike_bytes=True, ncols=None):
+        spk = jax.ShapeDtypeStruct(shape, dtype)
+        return bits_scratch(spk, shape[0] if ncols is None else ncols, transpose, binary, spike_bytes).shape[0]
+
+    for shape, dtype in (((1000, 16), jnp.float32), ((37, 9), jnp.float16), ((5, 2), jnp.float64),
+                         ((3, 70001), jnp.bfloat16)):
+        assert words(shape, dtype) * 4 >= shape[0] * shape[1] > (words(shape, dtype) - 1) * 4, (shape, dtype)
+    assert words((1000, 16), jnp.bool_) == 1  # one-byte spikes are read in place
+    assert words((1000, 16), jnp.float32, transpose=True) == 1  # scatters read the spikes as they are
+    assert words((1000, 16), jnp.float32, binary=False) == 1  # float spikes keep the lane groups
+    assert words((1000, 16), jnp.float32, spike_bytes=False) == 1  # JITC gathers take no bytes
+    assert words((1000, 1), jnp.float32) == 1  # one column: the mv gather
+    n = 3_000_000  # a binary mv: a word per 32 columns and the summary's words
+    assert words((n,), jnp.bool_, ncols=n) == (n + 31) // 32 + ((n + 31) // 32 + 31) // 32 * 4
+
+
 @pytest.mark.parametrize("backend", ["cpp", "jnp"])
 def test_out_of_range_indices_are_dropped(rng, on_cpu, backend):
     with x64():
