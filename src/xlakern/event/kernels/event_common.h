@@ -158,6 +158,17 @@ inline SpikeScratch spike_scratch(xk::Tensor& scratch, int64_t ncols) {
   return out;
 }
 
+// The same scratch output as bytes, where gather_wide_binary_as_bytes copies wide binary spikes a byte
+// each (size 0: none unless it is uint32).
+struct ScratchBytes {
+  uint8_t* data = nullptr;
+  int64_t size = 0;
+};
+inline ScratchBytes scratch_bytes(xk::Tensor& scratch) {
+  if (scratch.dtype() != DType::UInt32) return {};
+  return {reinterpret_cast<uint8_t*>(scratch.data_ptr<uint32_t>()), scratch.numel() * 4};
+}
+
 // An integer the environment forces (one of `allowed`), else 0. The launchers' knobs exist to time
 // their choices against each other and to test every path. Read at each launch, not cached, so that a
 // test can change them between calls: it costs the host well under a microsecond, and a loop replayed

@@ -595,12 +595,6 @@ bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, 
 }
 
 
-// The scratch output as bytes, for gather_wide_binary_as_bytes (nullptr / 0 unless it is uint32).
-uint8_t* scratch_bytes(xk::Tensor& scratch) {
-  return scratch.dtype() == DType::UInt32 ? reinterpret_cast<uint8_t*>(scratch.data_ptr<uint32_t>()) : nullptr;
-}
-int64_t scratch_size(const xk::Tensor& scratch) { return scratch.dtype() == DType::UInt32 ? scratch.numel() * 4 : 0; }
-
 }  // namespace
 
 // `scratch` (uint32, no contents expected: spike_scratch says what it holds) is where a binary mv gather
@@ -644,7 +638,7 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
                                 spike_scratch(scratch, ncols), st) &&
              !gather_wide_binary_as_bytes(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
                                           out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
-                                          scratch_bytes(scratch), scratch_size(scratch), st))
+                                          scratch_bytes(scratch), st))
       launch_sparse_gather<false>(data.data_ptr<W>(), no_perm, indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
                                   out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule, st);
   });

@@ -28,6 +28,17 @@ __device__ __forceinline__ A warp_sum(A v) {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
+// The row this thread's warp takes in the warp-a-row kernels (>= nrows: none; the whole warp sees the
+// same value).
+__device__ __forceinline__ int64_t warp_row() { return (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5; }
+
+// The one weight every synapse shares (homo) in the accumulation type, read once a thread; 0 (unused)
+// when each synapse has its own.
+template <typename A, typename W>
+__device__ __forceinline__ A shared_weight(const W* __restrict__ data, bool homo) {
+  return homo ? A(widen(data[0])) : A(0);
+}
+
 // The first of the rows_per_warp rows this thread's warp covers (>= nrows when it covers none; the
 // whole warp sees the same value).
 template <typename P>
@@ -106,12 +117,12 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
     int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule) {
   using A = typename AccOf<W>::type;
   constexpr int U = 4;  // slots a lane loads a round: 128 a warp
-  const int64_t r = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  const int64_t r = warp_row();
   const int lane = threadIdx.x & 31;
   if (r >= nrows) return;  // whole warps leave together
   int64_t begin, end;
   row_range(indptr, nconn, nse, r, begin, end);
-  const A w0 = homo ? A(widen(data[0])) : A(0);
+  const A w0 = shared_weight<A>(data, homo);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     A acc = A(0);
     for (int64_t p0 = begin + lane; p0 < end; p0 += U * 32) {
@@ -163,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_mm_kernel(
   const unsigned mask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << (g * group);
   int64_t begin, end;
   row_range(indptr, nconn, nse, r, begin, end);
-  const A w0 = homo ? A(widen(data[0])) : A(0);
+  const A w0 = shared_weight<A>(data, homo);
   for (int64_t b0 = int64_t(blockIdx.y) * group; b0 < batch; b0 += int64_t(gridDim.y) * group) {
     const int64_t b = b0 + gl;
     const bool column = b < batch;
@@ -261,12 +272,12 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_tile_kernel(
     int64_t batch, int64_t nse, int64_t nconn, bool homo, SpikeRule<uint8_t, true> rule, bool vec) {
   using A = typename AccOf<W>::type;
   constexpr int U = 3;  // slots a lane a round
-  const int64_t r = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  const int64_t r = warp_row();
   const int lane = threadIdx.x & 31;
   if (r >= nrows) return;  // whole warps leave together
   int64_t begin, end;
   row_range(indptr, nconn, nse, r, begin, end);
-  const A w0 = homo ? A(widen(data[0])) : A(0);
+  const A w0 = shared_weight<A>(data, homo);
   const uint32_t mask = uint32_t(rule.mask) * 0x01010101u;  // the rule's byte mask in each byte
   // the columns (-1: past the row, out of range, or its permutation entry is) and weights of the round
   // of slots from p0
@@ -332,7 +343,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
   const int64_t first_row = warp_first_row<int64_t>(rows_per_warp);
   const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
-  const A w0 = homo ? A(widen(data[0])) : A(0);
+  const A w0 = shared_weight<A>(data, homo);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     const S s = lane_spike(spk + b, first_row, nrows, rows_per_warp, batch);
     for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int64_t r, int src) {
@@ -373,7 +384,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
   const int32_t first_row = warp_first_row<int32_t>(rows_per_warp);
   const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
-  const A w0 = homo ? A(widen(data[0])) : A(0);
+  const A w0 = shared_weight<A>(data, homo);
   const S s = lane_spike(spk, first_row, nrows, rows_per_warp);
   for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int32_t r, int src) {
     const A v = __shfl_sync(0xffffffffu, rule.template value<A>(s), src);  // (src's spike is active)
@@ -400,6 +411,30 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
 inline unsigned grid_y(int64_t batch) { return unsigned(batch < 65535 ? batch : 65535); }
 inline unsigned grid_for_warps(int64_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
 
+// Whether a gather of several columns of one-byte binary spikes takes the tiles: above 8 columns (where a
+// tile of 16 is at least half used), else the lane groups. XLAKERN_MM_GATHER forces the lane groups (1)
+// or the tiles (2). The one rule for bool spikes and for wider ones copied to bytes.
+inline bool mm_gather_takes_tiles(int64_t batch) {
+  const int forced = forced_choice("XLAKERN_MM_GATHER", {1, 2});
+  return forced == 2 || (forced == 0 && batch > 8);
+}
+
+// Launches sparse_gather_tile_kernel on one-byte spikes, active where a byte meets `mask`.
+template <bool Permuted, typename W, typename I>
+void launch_tile_gather(const W* data, const I* perm, const I* idx, const I* indptr, const uint8_t* spk,
+                        typename AccOf<W>::type* out, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse,
+                        int64_t nconn, bool homo, uint8_t mask, cudaStream_t st) {
+  if (ncols == 0) {  // every slot is out of range: the sums are 0 (and a tile would read a spike)
+    XK_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(nrows * batch) * sizeof(*out), st));
+    return;
+  }
+  const bool vec = reinterpret_cast<uintptr_t>(spk) % 16 == 0 && batch % 16 == 0;
+  const dim3 grid(grid_for_warps(nrows), grid_y((batch + kTile - 1) / kTile));
+  sparse_gather_tile_kernel<Permuted><<<grid, kThreads, 0, st>>>(data, perm, idx, indptr, spk, out, nrows, ncols,
+                                                                 batch, nse, nconn, homo,
+                                                                 SpikeRule<uint8_t, true>{mask}, vec);
+}
+
 // Launches the plain gather: sparse_gather_kernel for one spike column (a warp a row); for several,
 // sparse_gather_tile_kernel (one-byte binary spikes, more than 8 columns: a warp a row and 16 columns, a lane
 // a slot) or sparse_gather_mm_kernel (a group of lanes a row, a lane a column).
@@ -413,23 +448,10 @@ void launch_sparse_gather(const W* data, const I* perm, const I* idx, const I* i
         data, perm, idx, indptr, spk, out, nrows, ncols, batch, nse, nconn, homo, rule);
     return;
   }
-  // One-byte binary spikes take the tiles above 8 columns (where a tile of 16 is at least half used), the
-  // lane groups otherwise. XLAKERN_MM_GATHER forces the lane groups (1) or, for one-byte binary spikes,
-  // the tiles (2).
   if constexpr (Binary && sizeof(S) == 1) {
-    const int forced = forced_choice("XLAKERN_MM_GATHER", {1, 2});
-    if (forced == 2 || (forced == 0 && batch > 8)) {
-      if (ncols == 0) {  // every slot is out of range: the sums are 0 (and a tile would read a spike)
-        XK_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(nrows * batch) * sizeof(*out), st));
-        return;
-      }
-      const bool vec = reinterpret_cast<uintptr_t>(spk) % 16 == 0 && batch % 16 == 0;
-      const dim3 grid(grid_for_warps(nrows), grid_y((batch + kTile - 1) / kTile));
-      sparse_gather_tile_kernel<Permuted><<<grid, kThreads, 0, st>>>(
-          data, perm, idx, indptr, reinterpret_cast<const uint8_t*>(spk), out, nrows, ncols, batch, nse, nconn, homo,
-          SpikeRule<uint8_t, true>{uint8_t(rule.mask)}, vec);
-      return;
-    }
+    if (mm_gather_takes_tiles(batch))
+      return launch_tile_gather<Permuted>(data, perm, idx, indptr, reinterpret_cast<const uint8_t*>(spk), out, nrows,
+                                          ncols, batch, nse, nconn, homo, uint8_t(rule.mask), st);
   }
   const int group = batch <= 8 ? 8 : (batch <= 16 ? 16 : 32);
   const int64_t warps = (nrows + 32 / group - 1) / (32 / group), tiles = (batch + group - 1) / group;
@@ -445,18 +467,15 @@ void launch_sparse_gather(const W* data, const I* perm, const I* idx, const I* i
 template <typename W, typename I, typename S, bool Binary>
 bool gather_wide_binary_as_bytes(const W* data, const I* idx, const I* indptr, const S* spk,
                                  typename AccOf<W>::type* out, int64_t nrows, int64_t ncols, int64_t batch,
-                                 int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule, uint8_t* scratch,
-                                 int64_t scratch_bytes, cudaStream_t st) {
+                                 int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule,
+                                 ScratchBytes scratch, cudaStream_t st) {
   if constexpr (Binary && sizeof(S) > 1) {
-    const int forced = forced_choice("XLAKERN_MM_GATHER", {1, 2});
     const int64_t n = ncols * batch;
-    if (forced == 1 || (forced == 0 && batch <= 8) || batch == 1 || scratch == nullptr || scratch_bytes < n ||
-        nrows == 0 || n == 0)
-      return false;
+    if (batch == 1 || scratch.size < n || nrows == 0 || n == 0 || !mm_gather_takes_tiles(batch)) return false;
     const unsigned blocks = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 20));
-    spike_bytes_kernel<<<blocks, kThreads, 0, st>>>(spk, n, rule, scratch);
-    launch_sparse_gather<false>(data, static_cast<const I*>(nullptr), idx, indptr, static_cast<const uint8_t*>(scratch),
-                                out, nrows, ncols, batch, nse, nconn, homo, SpikeRule<uint8_t, true>{uint8_t(1u)}, st);
+    spike_bytes_kernel<<<blocks, kThreads, 0, st>>>(spk, n, rule, scratch.data);
+    launch_tile_gather<false>(data, static_cast<const I*>(nullptr), idx, indptr, scratch.data, out, nrows, ncols,
+                              batch, nse, nconn, homo, uint8_t(1u), st);
     return true;
   }
   return false;
