@@ -49,20 +49,24 @@ __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev,
     P begin, end;
     row_range(indptr, -1, nse, r, begin, end);
     for (P e0 = begin + lane; e0 < end; e0 += kRound * 32) {
+      // every load of the round first: a slot branches on its delay (the modulo of a delay outside
+      // [1, L)), and a branch between loads would wait for that delay before the next slot's loads went
+      // out, one memory latency a slot (H200, 400k rows of 80, 1% active: 19.8-20.8 to 15.3-15.6 us a
+      // step, bench/RESULTS.md session 55)
       P c[kRound];
-      int32_t slot[kRound];
+      int32_t d[kRound];
       W w[kRound];
 #pragma unroll
       for (int u = 0; u < kRound; ++u) {
         const P e = e0 + u * 32;
         c[u] = e < end ? P(idx[e]) : P(-1);
-        slot[u] = e < end ? arrival_slot(t0, delays[e], nslots) : 0;
+        d[u] = e < end ? delays[e] : 0;
         w[u] = e < end ? (homo ? data[0] : data[e]) : W(0);
       }
 #pragma unroll
       for (int u = 0; u < kRound; ++u)
         if (U(c[u]) < U(ncols))  // (else skipped)
-          atomicAdd(ring + P(slot[u]) * ncols + c[u], w[u] * f);
+          atomicAdd(ring + P(arrival_slot(t0, d[u], nslots)) * ncols + c[u], w[u] * f);
     }
   });
 }
