@@ -607,6 +607,35 @@ def test_indexed_products_gpu(rng, mm):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["1", "2"])
+def test_indexed_products_with_bad_perm_entries_gpu(rng, monkeypatch, kernel):
+    """The GPU indexed products read each permuted weight at a chosen address, not behind a branch on its
+    entry: entries outside [0, nse) (-1, nse + 3) must still weigh 0 in the mv and mm gathers (lane groups,
+    1, and tiles, 2, forced), the scatters, and for bool and float32 0/1 spikes, against float64 NumPy."""
+    monkeypatch.setenv("XLAKERN_MM_GATHER", kernel)
+    dense, data, idx, ptr = random_csr(rng, 90, 70, 0.4)
+    nse = len(idx)
+    perm = rng.permutation(nse)
+    perm[rng.random(nse) < 0.15] = nse + 3
+    perm[rng.random(nse) < 0.05] = -1
+    w = rng.standard_normal(nse)
+    mat = np.zeros((90, 70))
+    np.add.at(mat, (_rows_of(ptr), idx), np.where((perm >= 0) & (perm < nse), w[np.clip(perm, 0, nse - 1)], 0.0))
+    with jax.default_device(jax.devices("gpu")[0]), x64():
+        for transpose in (False, True):
+            m = mat.T if transpose else mat
+            n_in = m.shape[1]
+            for batch in (None, 5, 16, 37):
+                on = rng.random((n_in,) if batch is None else (n_in, batch)) < 0.4
+                op = T.binary_csrmv_indexed if batch is None else T.binary_csrmm_indexed
+                for spikes in (on, on.astype(np.float32)):
+                    out = op(w, idx, ptr, perm, jnp.asarray(spikes), shape=(90, 70), transpose=transpose)
+                    np.testing.assert_allclose(np.asarray(out, np.float64), m @ on.astype(np.float64), rtol=1e-12,
+                                               atol=1e-12, err_msg=f"transpose={transpose} batch={batch} "
+                                                                   f"{spikes.dtype}")
+
+
+@pytest.mark.gpu
 def test_csr_slice_rows_gpu(rng):
     with jax.default_device(jax.devices("gpu")[0]):
         test_csr_slice_rows_matches_numpy(rng, np.int32)

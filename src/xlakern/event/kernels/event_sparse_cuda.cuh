@@ -69,13 +69,17 @@ __device__ __forceinline__ void for_each_active_row(unsigned pending, P first_ro
 }
 
 // Slot p's weight in the accumulation type: data[p], or data[perm[p]] when Permuted (a perm entry
-// outside [0, nse) reads 0, never outside data).
+// outside [0, nse) reads 0, never outside data). The permuted weight is read at a chosen address
+// (data[0] for a bad entry, p < nse says data has one), not behind a branch: a branch on the entry
+// would hold the round's later slots' loads until this one's entry had arrived.
 template <bool Permuted, typename A, typename W, typename I>
 __device__ __forceinline__ A slot_weight(const W* __restrict__ data, const I* __restrict__ perm, int64_t nse,
                                          int64_t p) {
   if constexpr (Permuted) {
     const int64_t q = int64_t(perm[p]);
-    return uint64_t(q) < uint64_t(nse) ? A(widen(data[q])) : A(0);
+    const bool in = uint64_t(q) < uint64_t(nse);
+    const A w = A(widen(data[in ? q : 0]));
+    return in ? w : A(0);
   } else {
     return A(widen(data[p]));
   }
@@ -95,8 +99,12 @@ __device__ __forceinline__ int64_t slot_column(const W* __restrict__ data, const
       w = w0;
     } else if constexpr (Permuted) {
       const int64_t q = int64_t(perm[p]);
-      if (uint64_t(q) < uint64_t(nse)) w = A(widen(data[q]));
-      else j = -1;
+      const bool in = uint64_t(q) < uint64_t(nse);
+      w = A(widen(data[in ? q : 0]));  // (a chosen address, not a branch: see slot_weight)
+      if (!in) {
+        w = A(0);
+        j = -1;
+      }
     } else {
       w = A(widen(data[p]));
     }
