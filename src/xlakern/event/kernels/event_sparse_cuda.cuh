@@ -28,9 +28,16 @@ __device__ __forceinline__ A warp_sum(A v) {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-// The row this thread's warp takes in the warp-a-row kernels (>= nrows: none; the whole warp sees the
-// same value).
-__device__ __forceinline__ int64_t warp_row() { return (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5; }
+// The row r this thread's warp takes in the warp-a-row kernels, and its slots [begin, end) (row_range);
+// false past the last row (the whole warp sees the same r, so whole warps leave together).
+template <typename I>
+__device__ __forceinline__ bool warp_row_slots(const I* __restrict__ indptr, int64_t nconn, int64_t nse, int64_t nrows,
+                                               int64_t& r, int64_t& begin, int64_t& end) {
+  r = (int64_t(blockIdx.x) * kThreads + threadIdx.x) >> 5;
+  if (r >= nrows) return false;
+  row_range(indptr, nconn, nse, r, begin, end);
+  return true;
+}
 
 // The one weight every synapse shares (homo) in the accumulation type, read once a thread; 0 (unused)
 // when each synapse has its own.
@@ -125,11 +132,9 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_kernel(
     int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule) {
   using A = typename AccOf<W>::type;
   constexpr int U = 4;  // slots a lane loads a round: 128 a warp
-  const int64_t r = warp_row();
   const int lane = threadIdx.x & 31;
-  if (r >= nrows) return;  // whole warps leave together
-  int64_t begin, end;
-  row_range(indptr, nconn, nse, r, begin, end);
+  int64_t r, begin, end;
+  if (!warp_row_slots(indptr, nconn, nse, nrows, r, begin, end)) return;
   const A w0 = shared_weight<A>(data, homo);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     A acc = A(0);
@@ -280,11 +285,9 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_tile_kernel(
     int64_t batch, int64_t nse, int64_t nconn, bool homo, SpikeRule<uint8_t, true> rule, bool vec) {
   using A = typename AccOf<W>::type;
   constexpr int U = 3;  // slots a lane a round
-  const int64_t r = warp_row();
   const int lane = threadIdx.x & 31;
-  if (r >= nrows) return;  // whole warps leave together
-  int64_t begin, end;
-  row_range(indptr, nconn, nse, r, begin, end);
+  int64_t r, begin, end;
+  if (!warp_row_slots(indptr, nconn, nse, nrows, r, begin, end)) return;
   const A w0 = shared_weight<A>(data, homo);
   const uint32_t mask = uint32_t(rule.mask) * 0x01010101u;  // the rule's byte mask in each byte
   // the columns (-1: past the row, out of range, or its permutation entry is) and weights of the round
