@@ -281,16 +281,19 @@ def _ragged_rows(rng, nrows, ncols, max_len, index_dtype):
 
 
 @pytest.mark.parametrize("index_dtype, walk", GATHER_WALKS)
-@pytest.mark.parametrize("max_len", [40, 12], ids=["weights-after-bits", "weights-eager"])
-def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype, walk, max_len, monkeypatch):
+@pytest.mark.parametrize("max_len, nrows", [(40, 150_001), (12, 150_001), (300, 20_001)],
+                         ids=["weights-after-bits", "weights-eager", "rounds-of-long-rows"])
+def test_binary_gather_in_shared_memory_over_several_row_groups(rng, index_dtype, walk, max_len, nrows,
+                                                                 monkeypatch):
     """The binary mv gather with its bits in shared memory where each warp walks several groups of 32
     rows (150,001 ragged rows over ~4k warps; a warp loads its first group's rows before the block packs
     the spikes): every weight dtype, one shared weight, bool and float spikes (-0.0 silent), indices out
     of range; against numpy in float64. Rows of up to 40 synapses (~3M: every weight is read after its
     bit) and of up to 12 (~0.9M: in the 32-bit walk, weights of 4 bytes or fewer, at most 4 MiB, are
-    loaded beside their indices)."""
+    loaded beside their indices). And 20,001 rows of up to 300 (~3M): one to four rounds a row, with the
+    32-bit walk's four rows a round ending in different rounds, and a warp's last round short of rows."""
     monkeypatch.setenv("XLAKERN_WALK32", walk)
-    nrows, ncols = 150_001, 3001
+    ncols = 3001
     ptr, idx, rows, ok = _ragged_rows(rng, nrows, ncols, max_len, index_dtype)
     on = rng.random(ncols) < 0.2
     spikes = {"bool": on, "float": np.where(on, rng.uniform(0.5, 2.0, ncols), -0.0).astype(np.float32)}

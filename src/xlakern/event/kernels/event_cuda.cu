@@ -10,7 +10,9 @@
 //                   else in the call's scratch output (packed there first) behind their summary;
 //                   with int32 indices (walk32_fits) it walks in 32-bit arithmetic, and loads the
 //                   weights beside the indices where they take 4 MiB or less; small products (32
-//                   rows an SM, 8,192 columns at most) run in 256-thread blocks, two rows a warp.
+//                   rows an SM, 8,192 columns at most) run in 256-thread blocks, two rows a warp;
+//                   larger ones with the bits in shared memory (32-bit walk, weights of 4 bytes or
+//                   fewer) walk four rows a round.
 //   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
 //                   lanes read the spikes coalesced, a ballot names the active rows, then the
 //                   whole warp walks each active row's synapses, 128 loads in flight a round, and
@@ -51,7 +53,8 @@ using namespace xk_event;
 // into a bitmask once (a thread per 32 columns); otherwise (Global) pack_bits has put them in a global
 // scratch array first, read through L1, with their summary (event_common.h) copied into shared memory
 // (Summary): a bit is read only for a synapse whose byte of bits is active. Each warp walks its share
-// of the rows, two at a time, testing each synapse's column in the bitmask (the loop below says how).
+// of the rows, two or four at a time, testing each synapse's column in the bitmask (the loop below says
+// how).
 // The random spike reads of the plain gather (a 32-byte L2 sector for each synapse's one-byte spike)
 // become shared-memory or L1 reads.
 //
@@ -71,6 +74,20 @@ __device__ __forceinline__ I load_streamed(const I* p) {
   else return I(__ldcs(reinterpret_cast<const int*>(p)));
 }
 
+// *p where `on` (evict-first, as load_streamed), else -1, as one predicated load. (Written as a C++
+// conditional, ptxas rebuilt each slot's address, and reread the kernel's parameter for it.)
+template <typename I>
+__device__ __forceinline__ I load_streamed_if(const I* p, bool on) {
+  I v = I(-1);
+  if constexpr (sizeof(I) == 8)
+    asm("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.cs.b64 %0, [%1];\n\t}"
+        : "+l"(v) : "l"(p), "r"(uint32_t(on)));
+  else
+    asm("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q ld.global.cs.b32 %0, [%1];\n\t}"
+        : "+r"(v) : "l"(p), "r"(uint32_t(on)));
+  return v;
+}
+
 // P is the positions' type: int32_t where rows, columns and slots fit (walk32_fits), which takes a
 // round in fewer instructions and registers (the kernel is partly bound by its instruction issue at
 // 40k rows), else int64_t.
@@ -88,13 +105,19 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
   // one round with few idle lanes
   constexpr int U = sizeof(I) == 8 ? 2 : 3;
   constexpr int kRound = U * 32;  // synapses of a row a round
+  // rows a round: four in the 32-bit walk of weights of 4 bytes or fewer with the bits in shared memory
+  // (a warp then waits on memory for half as many rounds: H200, 400k rows of 80, 80 to 65 us a step at 1%
+  // active), two elsewhere (registers: more spill; the small products' warps hold two rows)
+  constexpr int H = (sizeof(P) == 4 && sizeof(I) == 4 && sizeof(W) <= 4 && !Global && !Eager) ? 4 : 2;
   extern __shared__ uint32_t shared_bits[];
   const uint32_t ncols32 = uint32_t(ncols);
   const int lane = threadIdx.x & 31;
-  // one shared weight: every active slot reads data[0] (the slots' weight pointers do not move)
+  // one shared weight: held in a register (bits in shared memory) or read by every active slot from
+  // data[0] (the global bits: the slots' weight pointers do not move)
   const P wstep = homo ? 0 : 32;
+  const W w0 = homo ? data[0] : W(0);
   // Each warp takes a contiguous share of the rows, 32 at a time (a group): one coalesced load brings
-  // the group's bounds into the lanes. The rows are walked two at a time in rounds of kRound synapses a
+  // the group's bounds into the lanes. The rows are walked H at a time in rounds of kRound synapses a
   // row; a round's weight loads (of weight 0 for inactive synapses) and the next round's index loads
   // are issued before the round's weights are added, so a round costs one memory latency, not two.
   // (With one block an SM a warp walks ~100 rows of 80-odd synapses at 400k: that chain is what a
@@ -104,30 +127,35 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
   const P lo = (P(blockIdx.x) * P(blockDim.x >> 5) + P(threadIdx.x >> 5)) * share;
   const P hi = lo + share < nrows ? lo + share : nrows;
   // group state: rows g0 .. g0 + n - 1, lane l holding row g0 + l's bounds (lanes past the rows hold an
-  // empty row); round state: rows g0 + i and g0 + i + 1 (an empty row when i + 1 == n), synapses from
-  // offset o; left[h]: the row's synapses from o on, at most a round's (the same in every lane)
-  P g0 = lo, lane_begin = 0, lane_end = 0, o = 0, begin[2], end[2];
-  int n = 0, i = 0, left[2];
-  I j[2][U];
-  W we[2][Eager ? U : 1];  // Eager: the slots' weights (of in-range slots; 0 past the row)
-  auto bounds = [&](int at) {
-    begin[0] = __shfl_sync(0xffffffffu, lane_begin, at);
-    begin[1] = __shfl_sync(0xffffffffu, lane_begin, at + 1);
-    end[0] = __shfl_sync(0xffffffffu, lane_end, at);
-    end[1] = __shfl_sync(0xffffffffu, lane_end, at + 1);
+  // empty row); round state: rows g0 + i to g0 + i + H - 1 (empty rows past n), synapses from offset o;
+  // left[h]: the row's synapses from o on, at most a round's (the same in every lane)
+  P g0 = lo, lane_begin = 0, lane_end = 0, o = 0, begin[H], end[H];
+  int n = 0, i = 0, left[H];
+  I j[H][U];
+  W we[H][Eager ? U : 1];  // Eager: the slots' weights (of in-range slots; 0 past the row)
+  auto bounds = [&](int at) {  // (at + H - 1 <= 31: at is a multiple of H, which divides 32)
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      begin[h] = __shfl_sync(0xffffffffu, lane_begin, at + h);
+      end[h] = __shfl_sync(0xffffffffu, lane_end, at + h);
+    }
   };
   auto load = [&]() {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < H; ++h) {
       const P rest = end[h] - begin[h] - o;
       left[h] = rest < kRound ? int(rest) : kRound;  // (<= 0 once the row is done)
-      const I* p = idx + (begin[h] + o + lane);
+      const I* p = idx + P(begin[h] + o + lane);
 #pragma unroll
-      for (int u = 0; u < U; ++u) j[h][u] = u * 32 + lane < left[h] ? load_streamed(p + u * 32) : I(-1);
+      for (int u = 0; u < U; ++u) j[h][u] = load_streamed_if(p + u * 32, u * 32 + lane < left[h]);
       if constexpr (Eager) {
-        const W* wp = data + (homo ? P(0) : P(begin[h] + o + lane));
+        const W* wp = data + P(begin[h] + o + lane);
 #pragma unroll
-        for (int u = 0; u < U; ++u) we[h][u] = u * 32 + lane < left[h] ? wp[u * wstep] : W(0);
+        for (int u = 0; u < U; ++u) {
+          W v = homo ? w0 : W(0);
+          if (!homo && u * 32 + lane < left[h]) v = wp[u * 32];
+          we[h][u] = v;
+        }
       }
     }
   };
@@ -151,42 +179,53 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
   }
   __syncthreads();
   while (g0 < hi) {
-    A acc[2] = {A(0), A(0)};
+    A acc[H];
+#pragma unroll
+    for (int h = 0; h < H; ++h) acc[h] = A(0);
     while (true) {
       // The round's slots in three passes, so that each pass's loads are in flight together: the
-      // columns (and the summary's bits in shared memory), the bit words, the weights. Every lane
-      // issues every load, from column 0 or weight 0 where it has nothing to read: ptxas turns a
-      // predicated load into a branch, and a branch a slot would chain the slots' memory latencies.
-      uint32_t col[2][U];
-      bool maybe[2][U];  // in range (and, with the summary, its byte of bits active)
+      // columns (and the summary's bits in shared memory), the bit words, the weights. With the bits
+      // in global memory every lane issues every load, from column 0 or weight 0 where it has nothing
+      // to read: ptxas turned a predicated load into a branch there, and a branch a slot waiting on its
+      // bit's load would chain the slots' memory latencies. A bit in shared memory is known at once, so
+      // there a weight is loaded only for an active slot (a predicated load: half the instructions of
+      // a load from a selected address).
+      uint32_t col[H][U];
+      bool maybe[H][U];  // in range (and, with the summary, its byte of bits active)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < H; ++h)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const I jj = j[h][u];
           const bool in = sizeof(I) == 8 ? uint64_t(jj) < uint64_t(ncols) : uint32_t(jj) < ncols32;
-          const uint32_t c = in ? uint32_t(jj) : 0u;
+          // clamped into range rather than selected (one instruction; ncols >= 1): out-of-range slots are off
+          const uint32_t c = sizeof(I) == 8 ? uint32_t(min(uint64_t(jj), uint64_t(ncols - 1)))
+                                            : min(uint32_t(jj), ncols32 - 1u);
           col[h][u] = c;
           maybe[h][u] = in;
           if constexpr (Global && Summary) maybe[h][u] = in & summary_has(shared_bits, c);
         }
-      uint32_t word[2][U];
+      uint32_t word[H][U];
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < H; ++h)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if constexpr (Global) word[h][u] = __ldg(global_bits + (maybe[h][u] ? col[h][u] >> 5 : 0u));
           else word[h][u] = shared_bits[col[h][u] >> 5];
         }
-      A w[2][U];
+      A w[H][U];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < H; ++h) {
         const W* wp = data + (homo ? P(0) : P(begin[h] + o + lane));
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const bool on = maybe[h][u] & bool((word[h][u] >> (col[h][u] & 31)) & 1u);
           if constexpr (Eager) {
             w[h][u] = on ? A(widen(we[h][u])) : A(0);
+          } else if constexpr (!Global) {
+            W v = W(0);
+            if (on) v = homo ? w0 : wp[u * 32];
+            w[h][u] = A(widen(v));
           } else {
             const W v = *(on ? wp + u * wstep : data);
             w[h][u] = on ? A(widen(v)) : A(0);
@@ -195,26 +234,31 @@ __global__ void __launch_bounds__(kBitsThreads) bitmask_gather_kernel(
       }
       const P out_row = g0 + i;
       o += kRound;
-      const bool pair_done = !(begin[0] + o < end[0] || begin[1] + o < end[1]);
+      bool rows_left = false;
+#pragma unroll
+      for (int h = 0; h < H; ++h) rows_left |= begin[h] + o < end[h];
+      const bool pair_done = !rows_left;
       if (pair_done) {
-        i += 2;
+        i += H;
         o = 0;
         if (i < n) bounds(i);
       }
       const bool more = !pair_done || i < n;
       if (more) load();  // the next round's indices, in flight while this round's weights arrive
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < H; ++h)
 #pragma unroll
         for (int u = 0; u < U; ++u) acc[h] += w[h][u];
       if (pair_done) {
-        acc[0] = warp_sum(acc[0]);
-        acc[1] = warp_sum(acc[1]);
+#pragma unroll
+        for (int h = 0; h < H; ++h) acc[h] = warp_sum(acc[h]);
         if (lane == 0) {
-          out[out_row] = acc[0];
-          if (out_row + 1 < g0 + n) out[out_row + 1] = acc[1];
+#pragma unroll
+          for (int h = 0; h < H; ++h)
+            if (out_row + h < g0 + n) out[out_row + h] = acc[h];
         }
-        acc[0] = acc[1] = A(0);
+#pragma unroll
+        for (int h = 0; h < H; ++h) acc[h] = A(0);
       }
       if (!more) break;
     }
