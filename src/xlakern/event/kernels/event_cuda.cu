@@ -66,16 +66,10 @@ using namespace xk_event;
 constexpr int kBitsThreads = 1024;
 constexpr int kSmallGatherThreads = 256;  // the small products' blocks (launch_bitmask_gather)
 
-// A row's index, read once per call: evict-first, so the streamed indices leave L1 and L2 to the bits
-// and weights (4M rows of 80: 4% faster on an H100).
-template <typename I>
-__device__ __forceinline__ I load_streamed(const I* p) {
-  if constexpr (sizeof(I) == 8) return I(__ldcs(reinterpret_cast<const long long*>(p)));
-  else return I(__ldcs(reinterpret_cast<const int*>(p)));
-}
-
-// *p where `on` (evict-first, as load_streamed), else -1, as one predicated load. (Written as a C++
-// conditional, ptxas rebuilt each slot's address, and reread the kernel's parameter for it.)
+// A row's index, read once per call: *p where `on`, else -1. Evict-first (ld.global.cs), so the streamed
+// indices leave L1 and L2 to the bits and weights (4M rows of 80: 4% faster on an H100); one predicated
+// load (written as a C++ conditional, ptxas rebuilt each slot's address and reread the kernel's parameter
+// for it).
 template <typename I>
 __device__ __forceinline__ I load_streamed_if(const I* p, bool on) {
   I v = I(-1);
