@@ -254,6 +254,21 @@ void sparse_gather(const W* data, const I* perm, const I* idx, const I* indptr, 
   });
 }
 
+// Asks the caches for the first bytes (at most 1 KiB) of n values at p, ahead of a walk that will read
+// them. A scatter's active rows lie far apart, and a walk that only starts loading a row when it gets
+// there waits a memory latency a row, with the hardware prefetcher not yet on the row's stream.
+template <typename T>
+inline void prefetch_values(const T* p, int64_t n) {
+  const char* bytes = reinterpret_cast<const char*>(p);
+  const int64_t size = std::min<int64_t>(n * int64_t(sizeof(T)), 1024);
+  for (int64_t o = 0; o < size; o += 64) __builtin_prefetch(bytes + o);
+}
+
+// The scatter walks its rows with the slots of the row four ahead requested (prefetch_values). On the
+// 2-core development VM (bench_event, rows of 80, 40k rows: 26 MB of indices and weights) a 5%-active
+// step went from 430-500 to 290-325 us (s @ CSR) and a 16-column batch at 1% from 2.6-3.1 to 1.6-2.0 ms;
+// 4k rows, whose slots stay cached, and rows of 1,000, which the hardware prefetcher follows on its own,
+// neither gained nor lost.
 template <bool Permuted, typename W, typename I, typename S, bool Binary>
 void sparse_scatter(const W* data, const I* perm, const I* idx, const I* indptr, const S* spk,
                     typename AccOf<W>::type* out, const Geometry& g, int64_t nconn, SpikeRule<S, Binary> rule) {
@@ -263,9 +278,21 @@ void sparse_scatter(const W* data, const I* perm, const I* idx, const I* indptr,
   std::vector<int64_t> active;  // rows with at least one active spike: the only rows touched
   find_active_rows(spk, g.nrows, g.batch, rule, active);
   const A w0 = g.homo ? A(widen(data[0])) : A(0);
+  constexpr int64_t kAhead = 4;  // rows whose slots are requested ahead of the walk
+  auto prefetch_row = [&](int64_t k, int64_t hi) {
+    if (k >= hi) return;
+    int64_t begin, end;
+    row_range(indptr, nconn, g.nse, active[k], begin, end);
+    prefetch_values(idx + begin, end - begin);
+    if (g.homo) return;
+    if constexpr (Permuted) prefetch_values(perm + begin, end - begin);  // the weights themselves lie anywhere
+    else prefetch_values(data + begin, end - begin);
+  };
   auto scatter_rows = [&](int64_t lo, int64_t hi, A* dst) {
+    for (int64_t k = lo; k < std::min(hi, lo + kAhead); ++k) prefetch_row(k, hi);
     if (g.batch == 1) {  // one spike column: no batch loop, no stride
       for (int64_t k = lo; k < hi; ++k) {
+        prefetch_row(k + kAhead, hi);
         const int64_t r = active[k];
         int64_t begin, end;
         row_range(indptr, nconn, g.nse, r, begin, end);
@@ -279,6 +306,7 @@ void sparse_scatter(const W* data, const I* perm, const I* idx, const I* indptr,
       return;
     }
     for (int64_t k = lo; k < hi; ++k) {
+      prefetch_row(k + kAhead, hi);
       const int64_t r = active[k];
       int64_t begin, end;
       row_range(indptr, nconn, g.nse, r, begin, end);
