@@ -239,6 +239,47 @@ def test_only_active_rows_are_touched_and_unbounded_by_default(rng):
     assert out[0] == 5.0
 
 
+def test_long_walks_over_many_row_chunks(rng):
+    """Thousands of rows of 0-300 synapses (some rows' slots span more than the 1 KiB the CPU walk
+    requests ahead), spikes in bursts (stretches of rows with none, stretches where every row spikes), so
+    the threads' shares of rows end with 0-3 active rows ahead of their walk; the presynaptic update of the
+    CSR rows (some indices out of range) and the postsynaptic one through the permuted CSC view of ~1,600
+    synapses a column, against NumPy in float64."""
+    n_pre, n_post = 3001, 257
+    lengths = rng.integers(0, 301, n_pre)
+    lengths[rng.random(n_pre) < 0.1] = 0  # empty rows
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    nse = int(indptr[-1])
+    indices = rng.integers(0, n_post, nse).astype(np.int32)
+    indices[rng.random(nse) < 0.01] = n_post + 7  # out of range: never updated
+    rows = np.repeat(np.arange(n_pre), lengths)
+    data = rng.uniform(0.2, 0.8, nse)
+    burst = np.repeat(rng.random(n_pre // 50 + 1) < 0.3, 50)[:n_pre]  # runs of 50 rows that may spike
+    pre_spikes = burst & (rng.random(n_pre) < rng.choice([0.05, 1.0], n_pre))
+    post_spikes = rng.random(n_post) < 0.2
+    post_trace = rng.normal(0.0, 0.3, n_post)
+    pre_trace = rng.normal(0.0, 0.3, n_pre)
+    inside = indices < n_post
+    cols = np.where(inside, indices, rng.integers(0, n_post, nse))  # the CSC view holds every synapse
+    perm = np.argsort(cols, kind="stable").astype(np.int32)
+    csc_ptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n_post))]).astype(np.int32)
+    csc_idx = rows[perm].astype(np.int32)
+    with x64():
+        got_pre = np.asarray(xlakern.update_csr_on_binary_pre(data, indices, indptr, pre_spikes, post_trace, W_MIN,
+                                                              W_MAX, shape=(n_pre, n_post)))
+        got_post = np.asarray(xlakern.update_csr_on_binary_post(data, csc_idx, csc_ptr, perm, pre_trace, post_spikes,
+                                                                W_MIN, W_MAX, shape=(n_pre, n_post)))
+    hit = pre_spikes[rows] & inside
+    want_pre = data.copy()
+    want_pre[hit] = np.clip(data[hit] + post_trace[indices[hit]], W_MIN, W_MAX)
+    np.testing.assert_allclose(got_pre, want_pre, rtol=1e-12, atol=1e-12)
+    hit = post_spikes[cols]
+    want_post = data.copy()
+    want_post[hit] = np.clip(data[hit] + pre_trace[rows[hit]], W_MIN, W_MAX)
+    np.testing.assert_allclose(got_post, want_post, rtol=1e-12, atol=1e-12)
+    assert 50 < pre_spikes.sum() < n_pre // 2 and (got_pre != data).sum() > 1000 and (got_post != data).sum() > 1000
+
+
 def test_updates_alias_the_weight_buffer(rng):
     mask, w = network(rng)
     data, indices, indptr, *_ = csr_of(mask, w)

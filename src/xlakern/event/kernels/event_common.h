@@ -52,6 +52,16 @@ XK_HOST_DEVICE inline void row_range(const I* indptr, typename Exactly<P>::type 
   end = e < begin ? begin : (e > nse ? nse : e);
 }
 
+// Asks the caches for the first bytes (at most 1 KiB) of n values at p, ahead of a CPU walk that will
+// read them. Active rows lie far apart, and a walk that only starts loading a row when it gets there
+// waits a memory latency a row, before the hardware prefetcher has found the row's stream.
+template <typename T>
+inline void prefetch_values(const T* p, int64_t n) {
+  const char* bytes = reinterpret_cast<const char*>(p);
+  const int64_t size = std::min<int64_t>(n * int64_t(sizeof(T)), 1024);
+  for (int64_t o = 0; o < size; o += 64) __builtin_prefetch(bytes + o);
+}
+
 #ifdef __CUDACC__
 // What a launch helper needs to know of the GPU: its SM count and the shared memory a block may opt in
 // to. The calling thread's device is the stream's (XLA sets it); cudaStreamGetDevice is refused while

@@ -254,16 +254,6 @@ void sparse_gather(const W* data, const I* perm, const I* idx, const I* indptr, 
   });
 }
 
-// Asks the caches for the first bytes (at most 1 KiB) of n values at p, ahead of a walk that will read
-// them. A scatter's active rows lie far apart, and a walk that only starts loading a row when it gets
-// there waits a memory latency a row, with the hardware prefetcher not yet on the row's stream.
-template <typename T>
-inline void prefetch_values(const T* p, int64_t n) {
-  const char* bytes = reinterpret_cast<const char*>(p);
-  const int64_t size = std::min<int64_t>(n * int64_t(sizeof(T)), 1024);
-  for (int64_t o = 0; o < size; o += 64) __builtin_prefetch(bytes + o);
-}
-
 // The scatter walks its rows with the slots of the row four ahead requested (prefetch_values). On the
 // 2-core development VM (bench_event, rows of 80, 40k rows: 26 MB of indices and weights) a 5%-active
 // step went from 430-500 to 290-325 us (s @ CSR) and a 16-column batch at 1% from 2.6-3.1 to 1.6-2.0 ms;
