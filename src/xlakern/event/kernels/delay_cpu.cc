@@ -12,12 +12,21 @@ namespace {
 using namespace xk_event;
 using namespace xk_delay;
 
+// The rows' slots (indices, delays, weights) are requested four active rows ahead of the walk
+// (walk_active_rows, prefetch_values): active rows lie far apart, and each would otherwise wait a memory
+// latency for its first slot.
 template <typename W, typename I, typename S, bool B>
 void deliver(W* ring, const S* ev, const W* data, const I* idx, const I* indptr, const int32_t* delays, int64_t t,
              const Ring& g, SpikeRule<S, B> rule) {
   const int64_t t0 = floor_mod(t, g.nslots);
-  for (int64_t r = 0; r < g.nrows; ++r) {
-    if (!rule.active(ev[r])) continue;
+  auto request = [&](int64_t r) {
+    int64_t begin, end;
+    row_range(indptr, -1, g.nse, r, begin, end);
+    prefetch_values(idx + begin, end - begin);
+    prefetch_values(delays + begin, end - begin);
+    if (!g.homo) prefetch_values(data + begin, end - begin);
+  };
+  auto visit = [&](int64_t r) {
     const W f = rule.template value<W>(ev[r]);
     int64_t begin, end;
     row_range(indptr, -1, g.nse, r, begin, end);
@@ -27,7 +36,8 @@ void deliver(W* ring, const S* ev, const W* data, const I* idx, const I* indptr,
       const int64_t slot = floor_mod(t0 + floor_mod(delays[e], g.nslots), g.nslots);
       ring[slot * g.ncols + c] += (g.homo ? data[0] : data[e]) * f;
     }
-  }
+  };
+  walk_active_rows<4>(ev, 0, g.nrows, rule, request, visit);
 }
 
 }  // namespace

@@ -62,6 +62,31 @@ inline void prefetch_values(const T* p, int64_t n) {
   for (int64_t o = 0; o < size; o += 64) __builtin_prefetch(bytes + o);
 }
 
+// Calls visit(r) for each row r in [a, b) whose spike is active, in order, and request(r) for each such
+// row `Ahead` active rows before visiting it (request asks the caches for the row's slots, with
+// prefetch_values). One cursor finds the active rows, so the spikes are read once; the next `Ahead`
+// wait in a ring.
+template <int Ahead, typename S, typename Rule, typename Request, typename Visit>
+inline void walk_active_rows(const S* spk, int64_t a, int64_t b, Rule rule, Request&& request, Visit&& visit) {
+  int64_t ring[Ahead];
+  int head = 0, count = 0;
+  int64_t cursor = a;  // rows before it are in the ring or visited
+  auto push_next_active = [&] {
+    while (cursor < b && !rule.active(spk[cursor])) ++cursor;
+    if (cursor == b) return;
+    request(cursor);
+    ring[(head + count++) % Ahead] = cursor++;
+  };
+  for (int i = 0; i < Ahead; ++i) push_next_active();
+  while (count > 0) {
+    const int64_t r = ring[head];
+    head = (head + 1) % Ahead;
+    --count;
+    push_next_active();
+    visit(r);
+  }
+}
+
 #ifdef __CUDACC__
 // What a launch helper needs to know of the GPU: its SM count and the shared memory a block may opt in
 // to. The calling thread's device is the stream's (XLA sets it); cudaStreamGetDevice is refused while

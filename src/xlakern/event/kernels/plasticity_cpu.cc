@@ -15,39 +15,22 @@ using namespace xk_event;
 using namespace xk_plastic;
 
 // A stored layout's rows are walked with the slots of the active row four ahead requested first
-// (prefetch_values), as in the scatter (event_sparse_cpu.h): otherwise each active row waits a memory
-// latency for its first index and weight. One cursor finds the active rows (the spikes are read once)
-// and keeps the next four in a ring. A dense row is one stream the hardware prefetcher follows on its own.
+// (walk_active_rows, prefetch_values), as in the scatter (event_sparse_cpu.h): otherwise each active row
+// waits a memory latency for its first index and weight. A dense row is one stream the hardware
+// prefetcher follows on its own.
 template <typename W, typename I, typename S, bool B>
 void update(W* w, const I* idx, const I* indptr, const I* perm, const S* spk, const W* trace, W lo, W hi,
             const Rows& g, SpikeRule<S, B> rule) {
-  constexpr int kAhead = 4;  // active rows whose slots are requested ahead of the walk
-  xk::parallel_for(g.nrows, 64, [&](int64_t a, int64_t b) {
-    int64_t cursor = a;  // rows before it are in the ring or done
-    int64_t ring[kAhead];
-    int head = 0, count = 0;
-    auto push_next_active = [&] {
-      while (cursor < b && !rule.active(spk[cursor])) ++cursor;
-      if (cursor == b) return;
-      const int64_t r = cursor++;
-      if (g.mode != kDense) {
-        int64_t begin, end;
-        row_slots(indptr, g, r, begin, end);
-        prefetch_values(idx + begin, end - begin);
-        if (g.permuted) prefetch_values(perm + begin, end - begin);  // the weights themselves lie anywhere
-        else prefetch_values(w + begin, end - begin);
-      }
-      ring[(head + count++) % kAhead] = r;
-    };
-    for (int i = 0; i < kAhead; ++i) push_next_active();
-    while (count > 0) {
-      const int64_t r = ring[head];
-      head = (head + 1) % kAhead;
-      --count;
-      push_next_active();
-      update_row(w, idx, indptr, perm, trace, lo, hi, g, r);
-    }
-  });
+  auto request = [&](int64_t r) {
+    if (g.mode == kDense) return;
+    int64_t begin, end;
+    row_slots(indptr, g, r, begin, end);
+    prefetch_values(idx + begin, end - begin);
+    if (g.permuted) prefetch_values(perm + begin, end - begin);  // the weights themselves lie anywhere
+    else prefetch_values(w + begin, end - begin);
+  };
+  auto visit = [&](int64_t r) { update_row(w, idx, indptr, perm, trace, lo, hi, g, r); };
+  xk::parallel_for(g.nrows, 64, [&](int64_t a, int64_t b) { walk_active_rows<4>(spk, a, b, rule, request, visit); });
 }
 
 }  // namespace
