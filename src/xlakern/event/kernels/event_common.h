@@ -1,5 +1,6 @@
-// Shared by event_cpu.cc and event_cuda.cu: spike rules, row ranges, dtype dispatch and the
-// entry points' argument checks. (xk::float16_t / bfloat16_t are CUDA's own types under nvcc.)
+// Shared by the event kernels (CPU and CUDA): spike rules, row ranges, the CPU walk over active rows
+// (walk_active_rows, prefetch_values), dtype dispatch and the entry points' argument checks.
+// (xk::float16_t / bfloat16_t are CUDA's own types under nvcc.)
 #pragma once
 
 #include <algorithm>
