@@ -113,14 +113,16 @@ struct Geometry {
 
 // Runs scatter(lo, hi, dst) over items [0, n) that add into out (out_size values, already cleared).
 // Threads take shares of the items into private buffers (thread 0 into out), summed afterwards; worth
-// it only when the adds (`work`, in units of one synapse add) far outnumber the buffers and two trips
-// through the thread pool cost (below ~128k adds, a few hundred µs, serial was faster: 40k neurons, 1%
-// active, 80 synapses: 403 µs with two threads, ~280 µs serial on 2 cores). A share is at least ~16k
-// adds, counted in work, not in items: forty generated rows of 1,000 synapses split well.
+// it when the adds (`work`, in units of one synapse add) outnumber the buffers and pay for two trips
+// through the thread pool: from 16k adds, a share at least 4k adds (counted in work, not in items). On
+// the 2-core development VM, once the scatter requested its rows ahead, two threads took 40k neurons at
+// 1% active, 80 synapses (32k adds) from 138-221 to 81-116 us a step, and a generated 4k at 5% (128k in
+// work) from 171-216 to 114-142 us. (Before the requests, with limits of 128k and 16k, the serial walk
+// had been the faster there: 280 against 403 us.)
 template <typename A, typename F>
 void scatter_in_parts(int64_t n, int64_t work, A* out, int64_t out_size, F&& scatter) {
-  int64_t parts = std::min<int64_t>({xk::num_threads(), n, work >> 14});
-  if (parts > 1 && (work < (int64_t(1) << 17) || out_size * parts > 64 * work)) parts = 1;
+  int64_t parts = std::min<int64_t>({xk::num_threads(), n, work >> 12});
+  if (parts > 1 && (work < (int64_t(1) << 14) || out_size * parts > 64 * work)) parts = 1;
   if (parts <= 1) {
     scatter(int64_t(0), n, out);
     return;
