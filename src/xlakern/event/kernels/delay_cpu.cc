@@ -12,9 +12,8 @@ namespace {
 using namespace xk_event;
 using namespace xk_delay;
 
-// The rows' slots (indices, delays, weights) are requested four active rows ahead of the walk
-// (walk_active_rows, prefetch_values): active rows lie far apart, and each would otherwise wait a memory
-// latency for its first slot.
+// Active rows in order, each row's indices, delays and weights requested four active rows ahead
+// (walk_active_rows).
 template <typename W, typename I, typename S, bool B>
 void deliver(W* ring, const S* ev, const W* data, const I* idx, const I* indptr, const int32_t* delays, int64_t t,
              const Ring& g, SpikeRule<S, B> rule) {

@@ -281,7 +281,7 @@ void sparse_scatter(const W* data, const I* perm, const I* idx, const I* indptr,
     else prefetch_values(data + begin, end - begin);
   };
   auto scatter_rows = [&](int64_t lo, int64_t hi, A* dst) {
-    for (int64_t k = lo; k < std::min(hi, lo + kAhead); ++k) prefetch_row(k, hi);
+    for (int64_t k = lo; k < lo + kAhead; ++k) prefetch_row(k, hi);
     if (g.batch == 1) {  // one spike column: no batch loop, no stride
       for (int64_t k = lo; k < hi; ++k) {
         prefetch_row(k + kAhead, hi);

@@ -14,10 +14,8 @@ namespace {
 using namespace xk_event;
 using namespace xk_plastic;
 
-// A stored layout's rows are walked with the slots of the active row four ahead requested first
-// (walk_active_rows, prefetch_values), as in the scatter (event_sparse_cpu.h): otherwise each active row
-// waits a memory latency for its first index and weight. A dense row is one stream the hardware
-// prefetcher follows on its own.
+// Active rows in order, each stored row's slots requested four active rows ahead (walk_active_rows); a
+// dense row is one stream the hardware prefetcher follows on its own.
 template <typename W, typename I, typename S, bool B>
 void update(W* w, const I* idx, const I* indptr, const I* perm, const S* spk, const W* trace, W lo, W hi,
             const Rows& g, SpikeRule<S, B> rule) {
