@@ -38,12 +38,14 @@ def test_operator_matches_dense_product(rng, on_cpu, family, binary, mm, transpo
 
 @pytest.mark.parametrize("family", ["csr", "fcn"])
 @pytest.mark.parametrize("binary", [True, False])
-def test_large_scatter_split_over_threads_matches_dense(rng, on_cpu, family, binary):
-    """Enough active synapses (> 2^17) for the C++ scatter to split rows over threads into private
-    buffers and sum them: the result is still the dense product."""
-    rows, cols = 3000, 500
+@pytest.mark.parametrize("rows,cols", [(3000, 500), (1500, 12000)])
+def test_large_scatter_split_over_threads_matches_dense(rng, on_cpu, family, binary, rows, cols):
+    """Enough active synapses (16k and more) for the C++ scatter to split rows over threads into private
+    buffers and sum them: the result is still the dense product. 3,000 x 500: up to ~240k adds into 500
+    values. 1,500 x 12,000: ~36k adds at 30% active into 12,000 values, where the buffers' cap (twice the
+    adds) holds the parts under the thread count on hosts of 8 cores and more."""
     with x64():
-        dense, arrays = make(rng, family, rows, cols, 0.16)  # ~80 synapses a row: ~240k adds
+        dense, arrays = make(rng, family, rows, cols, 80 / cols)  # ~80 synapses a row
         for pattern in ("all", "random"):
             s = spikes(rng, rows, None, pattern, bool if binary else np.float64)
             out = call(family, binary, False, dense, arrays, s, True, "cpp", dtype=jnp.float64)
