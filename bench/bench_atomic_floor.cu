@@ -101,12 +101,15 @@ int main() {
   struct Row {
     const char* name;
     int threads;
-    int kind;  // 0 rows in order, 1 rows rotated, 2 flat (threads = adds a thread), 3 empty launch
+    int kind;  // 0 rows in order, 1 rows rotated, 2 flat, 3 empty launch
+    int adds_a_thread;  // flat only
   };
-  const Row table[] = {{"rows in order", 256, 0},  {"rows in order", 1024, 0}, {"rows rotated", 256, 1},
-                       {"rows rotated", 1024, 1}, {"flat, 1 add a thread", 256, 2}, {"flat, 4 adds a thread", 256, 2},
-                       {"empty launch", 32, 3}};
-  float results[7][3];
+  const Row table[] = {{"rows in order", 256, 0, 0},  {"rows in order", 1024, 0, 0},
+                       {"rows rotated", 256, 1, 0},   {"rows rotated", 1024, 1, 0},
+                       {"flat, 1 add a thread", 256, 2, 1}, {"flat, 4 adds a thread", 256, 2, 4},
+                       {"empty launch", 32, 3, 0}};
+  constexpr int kTable = int(sizeof(table) / sizeof(table[0]));
+  float results[kTable][3];
   for (int k = 0; k < 3; ++k) {
     const int n = sizes[k];
     std::mt19937 rng(1);
@@ -121,22 +124,23 @@ int main() {
     check(cudaMalloc(&dcols, cols.size() * sizeof(int)), "malloc");
     check(cudaMalloc(&out, size_t(n) * sizeof(float)), "malloc");
     check(cudaMemcpy(dcols, cols.data(), cols.size() * sizeof(int), cudaMemcpyHostToDevice), "copy");
-    for (int i = 0; i < 7; ++i) {
+    for (int i = 0; i < kTable; ++i) {
       const Row& row = table[i];
-      const int per_thread = i == 5 ? 4 : 1, total = kRows * kPerRow;
+      const int per_thread = row.adds_a_thread, total = kRows * kPerRow;
       results[i][k] = time_launch([&](cudaStream_t s) {
         if (row.kind <= 1) rows_kernel<<<kRows, row.threads, 0, s>>>(dcols, kPerRow, out, row.kind == 1);
         else if (row.kind == 2)
-          flat_kernel<<<(total / per_thread + 255) / 256, 256, 0, s>>>(total, n, out, per_thread);
+          flat_kernel<<<(total / per_thread + row.threads - 1) / row.threads, row.threads, 0, s>>>(total, n, out,
+                                                                                                  per_thread);
         else rows_kernel<<<1, 32, 0, s>>>(dcols, 0, out, false);
       });
     }
     cudaFree(dcols);
     cudaFree(out);
   }
-  for (int i = 0; i < 7; ++i)
-    std::printf("| %s | %d | %.2f | %.2f | %.2f |\n", table[i].name, table[i].kind == 2 ? 256 : table[i].threads,
-                results[i][0], results[i][1], results[i][2]);
+  for (int i = 0; i < kTable; ++i)
+    std::printf("| %s | %d | %.2f | %.2f | %.2f |\n", table[i].name, table[i].threads, results[i][0], results[i][1],
+                results[i][2]);
   check(cudaGetLastError(), "kernels");
   return 0;
 }
