@@ -21,16 +21,11 @@
 #include <random>
 #include <vector>
 
+#include "graph_timing.cuh"
+
 namespace {
 
 constexpr int kRows = 400, kPerRow = 1000, kLaunches = 100, kRepeats = 9;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 __device__ __forceinline__ uint32_t mix(uint32_t x) {
   x ^= x >> 16;
@@ -54,39 +49,10 @@ __global__ void flat_kernel(int total, int n, float* out, int per_thread) {
   for (int q = first; q < first + per_thread && q < total; ++q) atomicAdd(out + mix(uint32_t(q)) % uint32_t(n), 1.0f);
 }
 
-// µs a launch of `launch(stream)`: warmed up, then kLaunches of it captured in a graph, whose launches
-// are timed with events.
+// µs a launch of `launch(stream)` (graph_timing.cuh): 10 warm-up launches, then graphs of kLaunches.
 template <typename Launch>
 float time_launch(Launch&& launch) {
-  cudaStream_t s;
-  check(cudaStreamCreate(&s), "stream");
-  for (int i = 0; i < 10; ++i) launch(s);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
-  for (int i = 0; i < kLaunches; ++i) launch(s);
-  check(cudaStreamEndCapture(s, &graph), "end capture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> us;
-  for (int r = 0; r < kRepeats; ++r) {
-    cudaEventRecord(a, s);
-    check(cudaGraphLaunch(exec, s), "graph launch");
-    cudaEventRecord(b, s);
-    check(cudaEventSynchronize(b), "run");
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, a, b);
-    us.push_back(ms * 1000.f / kLaunches);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
-  std::sort(us.begin(), us.end());
-  return us[kRepeats / 2];
+  return time_in_graph(launch, kLaunches, kRepeats, 10);
 }
 
 }  // namespace
