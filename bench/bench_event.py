@@ -120,17 +120,21 @@ def copy_bandwidth(device) -> tuple[float, str]:
     """(bytes per second, how it was measured) of streaming a 1 GiB float32 array (128 MiB on the CPU),
     counting bytes read plus bytes written.
 
-    On a GPU where CuPy imports: ``cudaMemcpyAsync`` device to device, timed with CUDA events (the
-    method of the device machine's own notes). Otherwise ``COPY_PASSES`` passes of ``y * a + b`` in one
+    On a GPU where CuPy imports: ``cudaMemcpyAsync`` device to device, timed with CUDA events (as the
+    device machine's KINDS.md measures it). Otherwise ``COPY_PASSES`` passes of ``y * a + b`` in one
     jitted loop, timed as a whole, which XLA can neither fold into a copy nor fuse across the loop's
     steps. One jitted ``x + 0.0`` timed from the host (this bench's first method) became an XLA copy and
     also counted the output's allocation and the dispatch: it read 2.07 TB/s on an H200 whose device copy
     moves 4.27 (session 59), so the floor column came out twice too generous."""
     n = (1 << 28) if device.platform == "gpu" else (1 << 25)
+    cupy = None
     if device.platform == "gpu":
         try:
             import cupy
-
+        except ImportError:
+            pass
+    if cupy is not None:
+        try:
             with cupy.cuda.Device(device.id):
                 src = cupy.ones(n, cupy.float32)
                 dst = cupy.empty_like(src)
@@ -147,8 +151,8 @@ def copy_bandwidth(device) -> tuple[float, str]:
                 del src, dst
                 cupy.get_default_memory_pool().free_all_blocks()  # the 2 GiB go back to the device, not CuPy's pool
             return 2 * 4 * n / float(np.median(times)), "device-to-device cudaMemcpy through CuPy"
-        except Exception:  # noqa: BLE001  (no CuPy: the jitted passes below)
-            pass
+        except Exception as e:  # noqa: BLE001
+            log(f"copy bandwidth through CuPy failed ({type(e).__name__}: {e}); timing jitted passes instead")
     x = jax.device_put(jnp.ones((n,), jnp.float32), device)
     passes = jax.jit(lambda x: jax.lax.fori_loop(0, COPY_PASSES, lambda i, y: y * 1.0001 + 0.25, x))
     med, _, _ = time_fn(passes, (x,), 10)
