@@ -23,7 +23,8 @@ Columns:
   s @ dense   ``BinaryArray(s) @ W`` with a dense (N, N) matrix (N <= 40k)
   S16 @ dense ``binary_densemm(W, S, transpose=True)``: the same matrix and a batch of 16 spike
               vectors (S of shape (N, 16), each column at the row's rate), as a batched EventLinear
-each for xlakern and BrainEvent 0.3 (when ``import brainevent`` works; its CPU kernels are Numba);
+each for xlakern and BrainEvent 0.3 (when ``import brainevent`` works; its CPU kernels are Numba), the two
+libraries' loops timed in turns, the order reversed each turn (``per_step_cells``);
 ``jax.experimental.sparse`` BCSR (``BCSR.T @ s`` as float32), and cuSPARSE through CuPy
 (``csr.T @ s``; a Python loop of 100 calls timed with CUDA events; GPU only, when cupy imports).
 loop alone: the same 100-step loop with the product left out (the spikes of each step and the carry):
@@ -37,6 +38,7 @@ Results are checked: xlakern's against the jnp reference backend (N <= 400k) and
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -166,6 +168,46 @@ def per_step_cell(make: Callable[[], Callable], S, runs: int, budget: float):
         return fmt_t(med / STEPS), med / STEPS, out
     except Exception as e:  # noqa: BLE001
         return err_cell(e), None, None
+
+
+TURNS = 2  # per_step_cells: the libraries' loops take turns, the order reversed each turn
+
+
+def per_step_cells(makes: list[Callable[[], Callable]], S, runs: int, budget: float) -> list[tuple]:
+    """per_step_cell for several loops (xlakern's and BrainEvent's for one product) timed in turns, so that
+    neither library is always timed first. Each loop is built first; then ``TURNS`` turns, each timing every
+    loop for about runs / TURNS calls and budget / TURNS seconds, the order reversed each turn; the figure is
+    the median over all of a loop's samples. Timed one after the other, xlakern first, the 4k gather read
+    0.87-1.08x BrainEvent's step, and level in rotating order (session 59)."""
+    fns: list[Any] = []
+    cells: list[Any] = [None] * len(makes)
+    for i, make in enumerate(makes):
+        try:
+            fns.append(make())
+        except Exception as e:  # noqa: BLE001
+            fns.append(None)
+            cells[i] = (err_cell(e), None, None)
+    samples: list[list[float]] = [[] for _ in makes]
+    outs: list[Any] = [None] * len(makes)
+    for turn in range(TURNS):
+        order = range(len(makes)) if turn % 2 == 0 else reversed(range(len(makes)))
+        for i in order:
+            if fns[i] is None:
+                continue
+            outs[i] = None  # released, as time_fn releases each call's output before the next
+            try:
+                _, got, outs[i] = time_fn(fns[i], (S,), max(1, runs // TURNS), budget=budget / TURNS,
+                                          warmup=2 if turn == 0 else 1)
+            except Exception as e:  # noqa: BLE001
+                fns[i] = None
+                cells[i] = (err_cell(e), None, None)
+                continue
+            samples[i] += got
+    for i, got in enumerate(samples):
+        if cells[i] is None:
+            med = statistics.median(got) / STEPS
+            cells[i] = (fmt_t(med), med, outs[i])
+    return cells
 
 
 def xlakern_steps(w, idx, ptr, n):
@@ -301,13 +343,12 @@ def section(platform: str, args) -> list[Table]:
                     nb = BATCHED.get(col)
                     Sc = S if nb is None else (hashed_trains(STEPS, n, rate, nb) if hashed is not None else
                                                jnp.asarray(np.random.default_rng(2).random((STEPS, n, nb)) < rate))
-                    xc, xt, xo = per_step_cell(lambda: scan_loop(xk_steps[col], n, hashed, nb), Sc, args.runs,
-                                               args.budget)
-                    if be_steps is None:
-                        bc, bt, bo = be_err, None, None
-                    else:
-                        bc, bt, bo = per_step_cell(lambda: scan_loop(be_steps[col], n, hashed, nb), Sc, args.runs,
-                                                   args.budget)
+                    makes = [lambda: scan_loop(xk_steps[col], n, hashed, nb)]
+                    if be_steps is not None:
+                        makes.append(lambda: scan_loop(be_steps[col], n, hashed, nb))
+                    timed = per_step_cells(makes, Sc, args.runs, args.budget)
+                    xc, xt, xo = timed[0]
+                    bc, bt, bo = timed[1] if be_steps is not None else (be_err, None, None)
                     del Sc
                     cells += [xc, bc, ratio(bt, xt)]
                     data[col] = {"xlakern_s": xt, "brainevent_s": bt}
