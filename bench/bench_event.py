@@ -161,24 +161,16 @@ def copy_bandwidth(device) -> tuple[float, str]:
     return COPY_PASSES * 2 * 4 * n / med, f"{COPY_PASSES} jitted passes of y * a + b"
 
 
-def per_step_cell(make: Callable[[], Callable], S, runs: int, budget: float):
-    try:
-        fn = make()
-        med, samples, out = time_fn(fn, (S,), runs, budget=budget, warmup=2)
-        return fmt_t(med / STEPS), med / STEPS, out
-    except Exception as e:  # noqa: BLE001
-        return err_cell(e), None, None
-
-
 TURNS = 2  # per_step_cells: the libraries' loops take turns, the order reversed each turn
 
 
 def per_step_cells(makes: list[Callable[[], Callable]], S, runs: int, budget: float) -> list[tuple]:
-    """per_step_cell for several loops (xlakern's and BrainEvent's for one product) timed in turns, so that
-    neither library is always timed first. Each loop is built first; then ``TURNS`` turns, each timing every
+    """(cell, seconds a step, last output) of each loop ``make()`` builds, timed per call; an exception becomes
+    an error cell. Several loops (xlakern's and BrainEvent's for one product) are timed in turns, so that
+    neither library is always timed first: each loop is built first; then ``TURNS`` turns, each timing every
     loop for about runs / TURNS calls and budget / TURNS seconds, the order reversed each turn; the figure is
-    the median over all of a loop's samples. Timed one after the other, xlakern first, the 4k gather read
-    0.87-1.08x BrainEvent's step, and level in rotating order (session 59)."""
+    the median over all of a loop's samples. A single loop is timed in one turn. Timed one after the other,
+    xlakern first, the 4k gather read 0.87-1.08x BrainEvent's step, and level in rotating order (session 59)."""
     fns: list[Any] = []
     cells: list[Any] = [None] * len(makes)
     for i, make in enumerate(makes):
@@ -189,14 +181,15 @@ def per_step_cells(makes: list[Callable[[], Callable]], S, runs: int, budget: fl
             cells[i] = (err_cell(e), None, None)
     samples: list[list[float]] = [[] for _ in makes]
     outs: list[Any] = [None] * len(makes)
-    for turn in range(TURNS):
+    turns = TURNS if len(makes) > 1 else 1
+    for turn in range(turns):
         order = range(len(makes)) if turn % 2 == 0 else reversed(range(len(makes)))
         for i in order:
             if fns[i] is None:
                 continue
             outs[i] = None  # released, as time_fn releases each call's output before the next
             try:
-                _, got, outs[i] = time_fn(fns[i], (S,), max(1, runs // TURNS), budget=budget / TURNS,
+                _, got, outs[i] = time_fn(fns[i], (S,), max(1, runs // turns), budget=budget / turns,
                                           warmup=2 if turn == 0 else 1)
             except Exception as e:  # noqa: BLE001
                 fns[i] = None
@@ -356,15 +349,16 @@ def section(platform: str, args) -> list[Table]:
                         xk_scatter = xt
                     if xo is not None and bo is not None:
                         checks.append(bool(np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-3, atol=1e-3)))
-                bc, bt, _ = per_step_cell(lambda: scan_loop(bcsr_step(w, idx, ptr, n), n, hashed), S, args.runs, args.budget)
+                bc, bt, _ = per_step_cells([lambda: scan_loop(bcsr_step(w, idx, ptr, n), n, hashed)], S, args.runs,
+                                           args.budget)[0]
                 cells.append(bc)
                 data["bcsr_s"] = bt
                 if platform == "gpu":
                     cc, ct = cusparse_cell(w, idx, ptr, n, S, max(3, args.runs // 4))
                     cells.append(cc)
                     data["cusparse_s"] = ct
-                lc, lt, _ = per_step_cell(lambda: scan_loop((lambda s, M: s.astype(jnp.float32), None), n, hashed), S,
-                                          args.runs, args.budget)
+                lc, lt, _ = per_step_cells([lambda: scan_loop((lambda s, M: s.astype(jnp.float32), None), n, hashed)],
+                                           S, args.runs, args.budget)[0]
                 cells.append(lc)
                 data["loop_s"] = lt
                 fl = floor_bytes(n, rate) / bw
