@@ -197,6 +197,51 @@ def timed_call_cell(make: Callable[[], Callable[..., Any]], args: tuple, runs: i
     return fmt_t(med), {"per_call_s": med, "samples_s": samples}, ok
 
 
+TURNS = 2  # per_step_cells: the libraries' loops take turns, the order reversed each turn
+
+
+def per_step_cells(makes: list[Callable[[], Callable[..., Any]]], S: Any, runs: int, budget: float,
+                   steps: int) -> list[tuple[str, float | None, Any]]:
+    """(cell, seconds a step, last output) of each loop ``make()`` builds, called as ``loop(S)`` and timed per
+    call, a call being `steps` steps; an exception becomes an error cell.
+
+    Several loops (xlakern's and BrainEvent's for one product) are timed in turns, so that neither library is
+    always timed first: each loop is built first; then ``TURNS`` turns, each timing every loop for about
+    runs / TURNS calls and budget / TURNS seconds, the order reversed each turn; the figure is the median over
+    all of a loop's samples. A single loop is timed in one turn. Timed one after the other, xlakern first, the
+    4k gather read 0.87-1.08x BrainEvent's step, and level in rotating order (session 59)."""
+    fns: list[Any] = []
+    cells: list[Any] = [None] * len(makes)
+    for i, make in enumerate(makes):
+        try:
+            fns.append(make())
+        except Exception as e:  # noqa: BLE001
+            fns.append(None)
+            cells[i] = (err_cell(e), None, None)
+    samples: list[list[float]] = [[] for _ in makes]
+    outs: list[Any] = [None] * len(makes)
+    turns = TURNS if len(makes) > 1 else 1
+    for turn in range(turns):
+        order = range(len(makes)) if turn % 2 == 0 else reversed(range(len(makes)))
+        for i in order:
+            if fns[i] is None:
+                continue
+            outs[i] = None  # released, as time_fn releases each call's output before the next
+            try:
+                _, got, outs[i] = time_fn(fns[i], (S,), max(1, runs // turns), budget=budget / turns,
+                                          warmup=2 if turn == 0 else 1)
+            except Exception as e:  # noqa: BLE001
+                fns[i] = None
+                cells[i] = (err_cell(e), None, None)
+                continue
+            samples[i] += got
+    for i, got in enumerate(samples):
+        if cells[i] is None:
+            med = statistics.median(got) / steps
+            cells[i] = (fmt_t(med), med, outs[i])
+    return cells
+
+
 _LOADED: dict[str, Any] = {}
 
 

@@ -38,7 +38,6 @@ Results are checked: xlakern's against the jnp reference backend (N <= 400k) and
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from typing import Any, Callable
@@ -46,7 +45,7 @@ from typing import Any, Callable
 import numpy as np
 
 from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, hashed_trains, log,
-                       machine_info, print_header, ratio, run_sections, time_fn, warm_gpu)
+                       machine_info, per_step_cells, print_header, ratio, run_sections, time_fn, warm_gpu)
 
 import jax
 import jax.numpy as jnp
@@ -159,48 +158,6 @@ def copy_bandwidth(device) -> tuple[float, str]:
     passes = jax.jit(lambda x: jax.lax.fori_loop(0, COPY_PASSES, lambda i, y: y * 1.0001 + 0.25, x))
     med, _, _ = time_fn(passes, (x,), 10)
     return COPY_PASSES * 2 * 4 * n / med, f"{COPY_PASSES} jitted passes of y * a + b"
-
-
-TURNS = 2  # per_step_cells: the libraries' loops take turns, the order reversed each turn
-
-
-def per_step_cells(makes: list[Callable[[], Callable]], S, runs: int, budget: float) -> list[tuple]:
-    """(cell, seconds a step, last output) of each loop ``make()`` builds, timed per call; an exception becomes
-    an error cell. Several loops (xlakern's and BrainEvent's for one product) are timed in turns, so that
-    neither library is always timed first: each loop is built first; then ``TURNS`` turns, each timing every
-    loop for about runs / TURNS calls and budget / TURNS seconds, the order reversed each turn; the figure is
-    the median over all of a loop's samples. A single loop is timed in one turn. Timed one after the other,
-    xlakern first, the 4k gather read 0.87-1.08x BrainEvent's step, and level in rotating order (session 59)."""
-    fns: list[Any] = []
-    cells: list[Any] = [None] * len(makes)
-    for i, make in enumerate(makes):
-        try:
-            fns.append(make())
-        except Exception as e:  # noqa: BLE001
-            fns.append(None)
-            cells[i] = (err_cell(e), None, None)
-    samples: list[list[float]] = [[] for _ in makes]
-    outs: list[Any] = [None] * len(makes)
-    turns = TURNS if len(makes) > 1 else 1
-    for turn in range(turns):
-        order = range(len(makes)) if turn % 2 == 0 else reversed(range(len(makes)))
-        for i in order:
-            if fns[i] is None:
-                continue
-            outs[i] = None  # released, as time_fn releases each call's output before the next
-            try:
-                _, got, outs[i] = time_fn(fns[i], (S,), max(1, runs // turns), budget=budget / turns,
-                                          warmup=2 if turn == 0 else 1)
-            except Exception as e:  # noqa: BLE001
-                fns[i] = None
-                cells[i] = (err_cell(e), None, None)
-                continue
-            samples[i] += got
-    for i, got in enumerate(samples):
-        if cells[i] is None:
-            med = statistics.median(got) / STEPS
-            cells[i] = (fmt_t(med), med, outs[i])
-    return cells
 
 
 def xlakern_steps(w, idx, ptr, n):
@@ -339,7 +296,7 @@ def section(platform: str, args) -> list[Table]:
                     makes = [lambda: scan_loop(xk_steps[col], n, hashed, nb)]
                     if be_steps is not None:
                         makes.append(lambda: scan_loop(be_steps[col], n, hashed, nb))
-                    timed = per_step_cells(makes, Sc, args.runs, args.budget)
+                    timed = per_step_cells(makes, Sc, args.runs, args.budget, STEPS)
                     xc, xt, xo = timed[0]
                     bc, bt, bo = timed[1] if be_steps is not None else (be_err, None, None)
                     del Sc
@@ -350,7 +307,7 @@ def section(platform: str, args) -> list[Table]:
                     if xo is not None and bo is not None:
                         checks.append(bool(np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-3, atol=1e-3)))
                 bc, bt, _ = per_step_cells([lambda: scan_loop(bcsr_step(w, idx, ptr, n), n, hashed)], S, args.runs,
-                                           args.budget)[0]
+                                           args.budget, STEPS)[0]
                 cells.append(bc)
                 data["bcsr_s"] = bt
                 if platform == "gpu":
@@ -358,7 +315,7 @@ def section(platform: str, args) -> list[Table]:
                     cells.append(cc)
                     data["cusparse_s"] = ct
                 lc, lt, _ = per_step_cells([lambda: scan_loop((lambda s, M: s.astype(jnp.float32), None), n, hashed)],
-                                           S, args.runs, args.budget)[0]
+                                           S, args.runs, args.budget, STEPS)[0]
                 cells.append(lc)
                 data["loop_s"] = lt
                 fl = floor_bytes(n, rate) / bw

@@ -9,7 +9,8 @@ Usage::
 
 Each figure is one call inside a jitted ``lax.scan`` of 100 steps (median over ``--runs`` loop
 calls after warm-ups, divided by 100); step t uses spike vector t of a (100, N) bool array with
-1% of neurons active, and each step's output is the loop carry.
+1% of neurons active, and each step's output is the loop carry. xlakern's and BrainEvent's loops for
+one product are timed in turns, the order reversed each turn (``per_step_cells`` in _benchlib.py).
 
 JITC table: N neurons, connection probability giving K = 80 or 1,000 synapses per neuron,
 ``JITCScalarR((0.1, K / N, seed), shape=(N, N), corder=True)``:
@@ -37,8 +38,8 @@ from typing import Callable
 
 import numpy as np
 
-from _benchlib import (GRAPH_LOOPS, NA_BE, Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, hashed_trains,
-                       log, machine_info, print_header, ratio, run_sections, time_fn, warm_gpu)
+from _benchlib import (GRAPH_LOOPS, NA_BE, Table, brainevent, err_cell, finish, hashed_spikes, hashed_trains, log,
+                       machine_info, per_step_cells, print_header, ratio, run_sections, warm_gpu)
 
 import jax
 import jax.numpy as jnp
@@ -78,12 +79,13 @@ def scan_loop(step_fn: Callable, out_shape: tuple) -> Callable:
     return run
 
 
-def per_step(make: Callable[[], Callable], S, args):
-    try:
-        med, _, out = time_fn(make(), (S,), args.runs, budget=args.budget, warmup=2)
-        return fmt_t(med / STEPS), med / STEPS, out
-    except Exception as e:  # noqa: BLE001
-        return err_cell(e), None, None
+def both_steps(make_xk: Callable[[], Callable], make_be: Callable[[], Callable], S, args) -> tuple[tuple, tuple]:
+    """(cell, seconds a step, last output) of xlakern's loop and of BrainEvent's (``NA_BE`` without it),
+    timed in turns (per_step_cells)."""
+    if brainevent is None:
+        return per_step_cells([make_xk], S, args.runs, args.budget, STEPS)[0], (NA_BE, None, None)
+    xk, be = per_step_cells([make_xk, make_be], S, args.runs, args.budget, STEPS)
+    return xk, be
 
 
 def jitc_steps(lib, n: int, prob: float):
@@ -136,18 +138,19 @@ def jitc_section(platform: str, args, device) -> Table:
             xk_scatter = None
             for col, (fn, shape, batched) in xk.items():
                 inp = SB if batched else S
-                xc, xt, xo = per_step(lambda: scan_loop(fn, shape), inp, args)
                 if be is None:
-                    bc, bt = be_err, None
+                    (xc, xt, _), (bc, bt) = per_step_cells([lambda: scan_loop(fn, shape)], inp, args.runs,
+                                                           args.budget, STEPS)[0], (be_err, None)
                 else:
-                    bc, bt, _ = per_step(lambda: scan_loop(be[col][0], shape), inp, args)
+                    (xc, xt, _), (bc, bt, _) = both_steps(lambda: scan_loop(fn, shape),
+                                                          lambda: scan_loop(be[col][0], shape), inp, args)
                 cells += [xc, bc, ratio(bt, xt)]
                 data[col] = {"xlakern_s": xt, "brainevent_s": bt}
                 if col == "s @ W":
                     xk_scatter = xt
             if n * k * 8 <= args.csr_max_gb * 2 ** 30:
                 w, idx, ptr = stored_csr(n, k)
-                cc, ct, _ = per_step(lambda: csr_loop(n, w, idx, ptr), S, args)
+                cc, ct, _ = per_step_cells([lambda: csr_loop(n, w, idx, ptr)], S, args.runs, args.budget, STEPS)[0]
                 del w, idx, ptr
             else:
                 cc, ct = f"— (> {args.csr_max_gb} GB)", None
@@ -204,11 +207,8 @@ def plasticity_section(platform: str, args, device) -> Table:
 
         cells, data, checks = [], {"n": n}, []
         for post, name in ((False, "pre"), (True, "post")):
-            xc, xt, xo = per_step(lambda: loop(xlakern, post), S, args)
-            if brainevent is None:
-                bc, bt, bo = NA_BE, None, None
-            else:
-                bc, bt, bo = per_step(lambda: loop(brainevent, post), S, args)
+            (xc, xt, xo), (bc, bt, bo) = both_steps(lambda: loop(xlakern, post), lambda: loop(brainevent, post), S,
+                                                    args)
             # each timed call starts from the same w, so the outputs of both libraries must agree
             if xo is not None and bo is not None:
                 checks.append(bool(np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-5, atol=1e-6)))
@@ -244,11 +244,7 @@ def delay_section(platform: str, args, device) -> Table:
                 return step_loop(step, (jnp.zeros((slots, n), jnp.float32), jnp.int32(0)), S)[0]
             return lambda S: run(S, w, idx, ptr, delays)
 
-        xc, xt, xo = per_step(lambda: loop(xlakern), S, args)
-        if brainevent is None:
-            bc, bt, bo = NA_BE, None, None
-        else:
-            bc, bt, bo = per_step(lambda: loop(brainevent), S, args)
+        (xc, xt, xo), (bc, bt, bo) = both_steps(lambda: loop(xlakern), lambda: loop(brainevent), S, args)
         check = "—" if xo is None or bo is None else (
             "ok" if np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-4, atol=1e-4) else "MISMATCH")
         table.add([f"{n:,}", str(k), xc, bc, ratio(bt, xt), check], {"n": n, "xlakern_s": xt, "brainevent_s": bt})
