@@ -311,6 +311,41 @@ def test_units_and_errors(rng):
     np.testing.assert_allclose(out.to(bu.mS).mantissa, np.minimum(w + 0.1, 0.5), rtol=1e-6)
 
 
+@pytest.mark.parametrize("backend", [None, "jnp"])
+def test_w_min_above_w_max_is_refused_or_clips_to_w_max_everywhere(backend, rng):
+    """Known bounds with w_min > w_max are an error; traced ones (unknown until run) give what jnp.clip gives,
+    w_max on every touched synapse, on the kernels and the reference alike, and on the path a traced CSC
+    structure takes (its own clip)."""
+    from xlakern.event import EventArgumentError
+
+    mask, w = network(rng)
+    data, indices, indptr, _, csc_indptr, perm = csr_of(mask, w)
+    spikes = rng.random(N_PRE) < 0.4
+    trace = rng.uniform(-0.3, 0.3, N_POST).astype(np.float32)
+    data32 = data.astype(np.float32)
+    with pytest.raises(EventArgumentError, match=r"w_min \(0.8\) is above w_max \(0.2\)"):
+        xlakern.update_csr_on_binary_pre(data32, indices, indptr, spikes, trace, 0.8, 0.2, shape=(N_PRE, N_POST),
+                                         backend=backend)
+    with pytest.raises(EventArgumentError, match="w_min"):
+        xlakern.update_dense_on_binary_post(w.astype(np.float32), np.zeros(N_PRE, np.float32), np.ones(N_POST, bool),
+                                            np.float32(1.0), np.float32(0.5), backend=backend)
+
+    rows = np.repeat(np.arange(N_PRE), np.diff(indptr))
+    touched = spikes[rows]
+    want = np.where(touched, np.minimum(np.maximum(data32 + trace[indices], 0.8), 0.2), data32)
+    assert touched.any() and (data32[touched] + trace[indices][touched] < 0.8).any()  # the case that differed
+    got = jax.jit(lambda lo, hi: xlakern.update_csr_on_binary_pre(
+        data32, indices, indptr, spikes, trace, lo, hi, shape=(N_PRE, N_POST), backend=backend))(0.8, 0.2)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    # a traced CSC structure: update_csc_on_binary_pre walks every synapse once with its own clip
+    csc_data = data32[perm]
+    csc_rows = rows[perm].astype(np.int32)
+    got = jax.jit(lambda idx, ptr, lo, hi: xlakern.update_csc_on_binary_pre(
+        csc_data, idx, ptr, spikes, trace, lo, hi, shape=(N_PRE, N_POST), backend=backend))(
+        csc_rows, csc_indptr, 0.8, 0.2)
+    np.testing.assert_allclose(np.asarray(got), want[perm], rtol=1e-6)
+
+
 def test_deprecated_names():
     with pytest.warns(DeprecationWarning):
         assert xlakern.csr_on_pre is xlakern.update_csr_on_binary_pre

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import XLACustomKernel
 from . import _units
-from ._errors import EventDTypeError, EventShapeError
+from ._errors import EventArgumentError, EventDTypeError, EventShapeError
 from ._kernels import kernel_module, rows_for, SDS, slot_rows, synapse_rows
 from ._ops import _index, _shape2
 
@@ -166,6 +166,29 @@ def _in_unit(name: str, arg: str, x, unit):
     return x
 
 
+def _concrete_bound(x) -> Optional[float]:
+    """x as a float, or None when it is traced (or not one number)."""
+    try:
+        value = np.asarray(x, np.float64)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError, ValueError):
+        return None
+    return float(value.reshape(())) if value.size == 1 else None
+
+
+def _bounds(name, lo, hi, dtype):
+    """[w_min, w_max] as the kernels take them. A w_min above w_max is refused where both are known; a
+    traced one is lowered to w_max, so every backend sets the synapses it touches to w_max, as jnp.clip
+    does (the kernels' and the jnp reference's clips would otherwise differ there)."""
+    lo_value, hi_value = _concrete_bound(lo), _concrete_bound(hi)
+    if lo_value is not None and hi_value is not None:
+        if lo_value > hi_value:
+            raise EventArgumentError(f"{name}: w_min ({lo_value:g}) is above w_max ({hi_value:g}); the weights are "
+                                     f"clipped to [w_min, w_max], so w_min must not exceed w_max")
+    else:
+        lo = jnp.minimum(jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
+    return jnp.stack([jnp.asarray(lo, dtype).reshape(()), jnp.asarray(hi, dtype).reshape(())])
+
+
 def _update(name, weight, indices, indptr, perm, spikes, trace, w_min, w_max, *, nrows, ncols, nconn, mode,
             row_stride=0, col_stride=0, backend=None, at_index=False):
     """The update through plasticity_update_p, or (``at_index``: spikes of the ``ncols`` index neurons,
@@ -184,9 +207,9 @@ def _update(name, weight, indices, indptr, perm, spikes, trace, w_min, w_max, *,
     trace = jnp.asarray(_in_unit(name, "the trace", trace, unit), dtype)
     if trace.shape != (ncols,):
         raise EventShapeError(f"{name}: the trace has shape {tuple(trace.shape)}; expected ({ncols},)")
-    lo = -jnp.inf if w_min is None else jnp.asarray(_in_unit(name, "w_min", w_min, unit), dtype).reshape(())
-    hi = jnp.inf if w_max is None else jnp.asarray(_in_unit(name, "w_max", w_max, unit), dtype).reshape(())
-    bounds = jnp.stack([jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)])
+    lo = -jnp.inf if w_min is None else _in_unit(name, "w_min", w_min, unit)
+    hi = jnp.inf if w_max is None else _in_unit(name, "w_max", w_max, unit)
+    bounds = _bounds(name, lo, hi, dtype)
     if mode == SPARSE:
         indices = _index(name, "indices", indices)
         if weight.size == 1 and indices.size > 1:
