@@ -322,8 +322,11 @@ def test_constructor_indptr_dtype_and_check_structure(kind, rng):
         with pytest.raises(xlakern.event.EventShapeError, match=message):
             cls((data, jnp.asarray(bad_idx), jnp.asarray(bad_ptr)), shape=case.W.shape, check_structure=True)
         cls((data, jnp.asarray(bad_idx), jnp.asarray(bad_ptr)), shape=case.W.shape)  # unchecked by default
-    with pytest.raises(xlakern.event.EventDTypeError, match="indices must be int32 or int64"):
-        cls((data, jnp.asarray(idx, jnp.float32), indptr), shape=case.W.shape, check_structure=True)
+    for check in (True, False):  # index dtypes are checked on every construction
+        with pytest.raises(xlakern.event.EventDTypeError, match="indices has dtype float32; it must be int32 or int64"):
+            cls((data, jnp.asarray(idx, jnp.float32), indptr), shape=case.W.shape, check_structure=check)
+        with pytest.raises(xlakern.event.EventDTypeError, match="indptr has dtype bool"):
+            cls((data, indices, jnp.asarray(ptr) > 0), shape=case.W.shape, check_structure=check)
     # traced arrays cannot be read: the check lets them pass, and the product is unchanged
     traced = jax.jit(lambda d, i, p: cls((d, i, p), shape=case.W.shape, check_structure=True) @ x)
     np.testing.assert_allclose(traced(data, indices, indptr), expected, rtol=1e-5, atol=1e-5)

@@ -347,6 +347,10 @@ def test_errors_name_the_argument():
         xlakern.jitsmv(np.ones(3), 0.1, v, 0, shape=(5, 10))
     with pytest.raises(EventDTypeError, match="seed"):
         xlakern.jitsmv(1.0, 0.1, v, 1.5, shape=(5, 10))
+    # an array in the seed's place (arguments swapped) is named by its shape, not printed whole
+    with pytest.raises(EventDTypeError, match=r"seed must be one integer; got an array of shape \(10,\) and dtype "
+                                              r"float32$"):
+        xlakern.jitsmv(1.0, 0.1, 0, v, shape=(5, 10))
     with pytest.raises(EventShapeError, match="too small"):
         xlakern.jitsmv(1.0, 1e-9, v, 0, shape=(5, 10))
     with pytest.raises(xlakern.XlakernError):

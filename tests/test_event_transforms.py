@@ -493,6 +493,12 @@ def test_bad_inputs_raise_named_errors(rng):
         xlakern.CSR((data32, idx32, ptr32[:-1]), shape=(8, 6))
     with pytest.raises(EventShapeError, match="data has shape"):
         xlakern.CSR((data32[:2], idx32, ptr32), shape=(8, 6))
+    with pytest.raises(EventShapeError, match="shape must be non-negative"):
+        xlakern.CSR((data32, idx32, ptr32), shape=(-8, 6))
+    with pytest.raises(EventShapeError, match="pair of ints"):  # 4.5 is not truncated to 4
+        xlakern.FixedNumPerPre((np.ones((4, 2)), np.zeros((4, 2), np.int32)), shape=(4.5, 3))
+    with pytest.raises(EventDTypeError, match="indices has dtype float32"):  # refused when built, not when used
+        xlakern.FixedNumPerPre((np.ones((4, 2)), np.zeros((4, 2), np.float32)), shape=(4, 3))
     with pytest.raises(EventShapeError, match=r"expected \(6, K\)"):
         xlakern.FixedNumPerPost((np.ones((4, 2)), np.zeros((4, 2), np.int32)), shape=(4, 6))
     with pytest.raises(EventShapeError, match="1-D or 2-D"):

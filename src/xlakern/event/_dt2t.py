@@ -43,7 +43,7 @@ from . import _jitc, _units
 from . import _jitc_kernels as JK
 from ._errors import EventDTypeError, EventShapeError, EventTracedError
 from ._kernels import SDS, acc_dtype, synapse_cpu_module, synapse_cuda_module, synapse_rows
-from ._ops import _index, _shape2, _weights
+from ._ops import _described, _index, _shape2, _weights
 
 __all__ = [
     "csrmv_dt2t", "cscmv_dt2t", "csrmm_dt2t", "cscmm_dt2t", "csrmv_dt2t_p", "csrmm_dt2t_p",
@@ -278,7 +278,7 @@ def _concrete_seed(name: str, seed: Any) -> int:
             f"the result's length, depends on it: pass a concrete integer (close over it, or mark it static with "
             f"jax.jit(..., static_argnums=...))") from None
     if not (np.issubdtype(value.dtype, np.integer) and value.size == 1):
-        raise EventDTypeError(f"{name}: seed must be one integer; got {seed!r}")
+        raise EventDTypeError(f"{name}: seed must be one integer; got {_described(seed, value)}")
     return int(value.reshape(())) & 0xFFFFFFFF  # the generator reads it as uint32
 
 

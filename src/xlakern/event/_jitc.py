@@ -34,7 +34,7 @@ from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, Event
 from ._events import EventRepresentation
 from ._kernels import SDS, acc_dtype
 from ._layouts import DataRepresentation, _warn_renamed
-from ._ops import _check_spikes, _shape2, _spikes, _weights
+from ._ops import _check_spikes, _described, _shape2, _spikes, _weights
 
 __all__ = [
     "JITCMatrix", "JITCScalarMatrix", "JITCUniformMatrix", "JITCNormalMatrix",
@@ -64,7 +64,7 @@ def _seed(name: str, seed: Any):
         seed = np.random.randint(0, 10 ** 8)
     s = jnp.asarray(seed)
     if not (jnp.issubdtype(s.dtype, jnp.integer) and s.size == 1):
-        raise EventDTypeError(f"{name}: seed must be one integer; got {seed!r}")
+        raise EventDTypeError(f"{name}: seed must be one integer; got {_described(seed, s)}")
     return s.reshape(1).astype(jnp.uint32)
 
 

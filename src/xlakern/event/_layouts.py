@@ -750,6 +750,8 @@ class DataRepresentation:
 
 def _validate_csr(cls_name, data, indices, indptr, stored):
     rows, _ = stored
+    _ops._integer_array(cls_name, "indices", indices)
+    _ops._integer_array(cls_name, "indptr", indptr)
     if np.ndim(indices) != 1:
         raise EventShapeError(f"{cls_name}: indices has shape {np.shape(indices)}; expected (nse,)")
     if np.shape(indptr) != (rows + 1,):
@@ -794,10 +796,8 @@ def _row_counts(name, ptr, nse):
 
 def _check_structure(name, indices, indptr, stored):
     """``check_structure=True``: concrete ``indices``/``indptr`` must form a valid compressed structure
-    (traced ones cannot be read, so they pass unchecked; the kernels' bounds policy still holds)."""
-    for what, arr in (("indices", indices), ("indptr", indptr)):
-        if not jnp.issubdtype(arr.dtype, jnp.integer):
-            raise EventDTypeError(f"{name}: {what} must be int32 or int64; got {arr.dtype}")
+    (traced ones cannot be read, so they pass unchecked; the kernels' bounds policy still holds). Their dtypes
+    were checked on construction (_validate_csr)."""
     if isinstance(indices, jax.core.Tracer) or isinstance(indptr, jax.core.Tracer):
         return
     cols = stored[1]
@@ -847,11 +847,7 @@ def _unpack(args, n):
 
 
 def _shape_arg(cls_name, shape):
-    try:
-        r, c = (int(s) for s in shape)
-    except Exception:
-        raise EventShapeError(f"{cls_name}: shape must be a (rows, cols) pair of ints; got {shape!r}") from None
-    return r, c
+    return _ops._shape2(cls_name, shape)
 
 
 def _check_rhs(name: str, shape, b):
@@ -1165,6 +1161,7 @@ class FixedNumConn(DataRepresentation):
         self._init_buffers(buffers)
         rows = self._stored_shape()[0]
         name = type(self).__name__
+        _ops._integer_array(name, "indices", arrays[1])
         if np.ndim(arrays[1]) != 2 or np.shape(arrays[1])[0] != rows:
             raise EventShapeError(f"{name}: indices has shape {np.shape(arrays[1])}; expected ({rows}, K), "
                                   f"K targets for each of the {rows} {self._row_word}")

@@ -59,13 +59,35 @@ def _spikes(name: str, arg: str, x: Any, binary: bool):
 
 
 def _shape2(name: str, shape: Any) -> tuple[int, int]:
+    """``shape`` as a (rows, cols) pair of non-negative ints (a whole float like 4.0 passes; 4.5 does not)."""
     try:
-        r, c = (int(s) for s in shape)
+        dims = tuple(shape)
+        r, c = (int(s) for s in dims)
+        whole = all(int(s) == s for s in dims)
     except Exception:
-        raise EventShapeError(f"{name}: shape must be a (rows, cols) pair of ints; got {shape!r}") from None
+        whole = False
+    if not whole:
+        raise EventShapeError(f"{name}: shape must be a (rows, cols) pair of ints; got {shape!r}")
     if r < 0 or c < 0:
         raise EventShapeError(f"{name}: shape must be non-negative; got {shape!r}")
     return r, c
+
+
+def _described(x: Any, arr: Any) -> str:
+    """x for an error message: its repr when it is one value, else the shape and dtype of ``arr`` (its array)
+    instead of every element."""
+    if getattr(arr, "size", 1) == 1:
+        return repr(x)
+    return f"an array of shape {tuple(arr.shape)} and dtype {arr.dtype}"
+
+
+def _integer_array(name: str, arg: str, x: Any):
+    """Refuses an index array of a non-integer dtype when a layout is built (the products then take int32
+    and int64, see _index)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and not jnp.issubdtype(dtype, jnp.integer):
+        raise EventDTypeError(f"{name}: {arg} has dtype {dtype}; it must be int32 or int64 "
+                              f"(convert with {arg}.astype(jnp.int32))")
 
 
 def _check_spikes(name: str, arg: str, v, n: int, mm: bool, transpose: bool):
