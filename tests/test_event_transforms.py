@@ -362,6 +362,12 @@ def test_event_containers(rng):
     x = rng.random(70) < 0.5
     expect = [int(sum(int(x[32 * w + k]) << k for k in range(32) if 32 * w + k < 70)) for w in range(3)]
     np.testing.assert_array_equal(xlakern.bitpack(x, axis=0), np.asarray(expect, np.uint32))
+    np.testing.assert_array_equal(xlakern.bitpack(x[None], axis=-1)[0], np.asarray(expect, np.uint32))
+    for bad_axis in (1, -2, 0.0):  # not wrapped around (axis 1 of a 1-D array once packed axis 0)
+        with pytest.raises(xlakern.event.EventShapeError, match="axis"):
+            xlakern.bitpack(x, axis=bad_axis)
+    with pytest.raises(xlakern.event.EventShapeError, match=r"shape \(\)"):
+        xlakern.bitpack(np.float32(1.0))
     packed = xlakern.BitPackedBinary(x)
     np.testing.assert_array_equal(packed.packed[0], expect)
     c = xlakern.CompactBinary.from_array(jnp.asarray(x))

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import jax.numpy as jnp
@@ -201,7 +202,14 @@ def bitpack(arr, axis: int = 0):
         xlakern.bitpack(jnp.array([1, 0, 1]), axis=0)   # [5]
     """
     arr = jnp.asarray(_raw(arr)) != 0
-    axis = axis % arr.ndim
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise EventShapeError(f"bitpack: axis must be an int; got {axis!r}") from None
+    if not -arr.ndim <= axis < arr.ndim:  # (a 0-D array has no axis to pack)
+        raise EventShapeError(f"bitpack: axis {axis} is outside an array of shape {tuple(arr.shape)}; pick one of "
+                              f"its {arr.ndim} axes")
+    axis %= arr.ndim
     n = arr.shape[axis]
     words = (n + 31) // 32
     pad = [(0, 0)] * arr.ndim
