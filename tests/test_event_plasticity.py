@@ -326,6 +326,9 @@ def test_w_min_above_w_max_is_refused_or_clips_to_w_max_everywhere(backend, rng)
     with pytest.raises(EventArgumentError, match=r"w_min \(0.8\) is above w_max \(0.2\)"):
         xlakern.update_csr_on_binary_pre(data32, indices, indptr, spikes, trace, 0.8, 0.2, shape=(N_PRE, N_POST),
                                          backend=backend)
+    with pytest.raises(EventShapeError, match=r"w_max has shape \(2,\); it must be one number"):
+        xlakern.update_csr_on_binary_pre(data32, indices, indptr, spikes, trace, 0.0, np.ones(2), shape=(N_PRE, N_POST),
+                                         backend=backend)
     with pytest.raises(EventArgumentError, match="w_min"):
         xlakern.update_dense_on_binary_post(w.astype(np.float32), np.zeros(N_PRE, np.float32), np.ones(N_POST, bool),
                                             np.float32(1.0), np.float32(0.5), backend=backend)

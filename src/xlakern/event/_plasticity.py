@@ -179,6 +179,9 @@ def _bounds(name, lo, hi, dtype):
     """[w_min, w_max] as the kernels take them. A w_min above w_max is refused where both are known; a
     traced one is lowered to w_max, so every backend sets the synapses it touches to w_max, as jnp.clip
     does (the kernels' and the jnp reference's clips would otherwise differ there)."""
+    for arg, x in (("w_min", lo), ("w_max", hi)):
+        if np.size(x) != 1:
+            raise EventShapeError(f"{name}: {arg} has shape {np.shape(x)}; it must be one number (or None)")
     lo_value, hi_value = _concrete_bound(lo), _concrete_bound(hi)
     if lo_value is not None and hi_value is not None:
         if lo_value > hi_value:
