@@ -79,11 +79,12 @@ def scan_loop(step_fn: Callable, out_shape: tuple) -> Callable:
     return run
 
 
-def both_steps(make_xk: Callable[[], Callable], make_be: Callable[[], Callable], S, args) -> tuple[tuple, tuple]:
-    """(cell, seconds a step, last output) of xlakern's loop and of BrainEvent's (``NA_BE`` without it),
-    timed in turns (per_step_cells)."""
-    if brainevent is None:
-        return per_step_cells([make_xk], S, args.runs, args.budget, STEPS)[0], (NA_BE, None, None)
+def both_steps(make_xk: Callable[[], Callable], make_be: Callable[[], Callable] | None, S, args,
+               missing: str = NA_BE) -> tuple[tuple, tuple]:
+    """(cell, seconds a step, last output) of xlakern's loop and of BrainEvent's, timed in turns
+    (per_step_cells); BrainEvent's is the cell ``missing`` where it is not installed or make_be is None."""
+    if make_be is None or brainevent is None:
+        return per_step_cells([make_xk], S, args.runs, args.budget, STEPS)[0], (missing, None, None)
     xk, be = per_step_cells([make_xk, make_be], S, args.runs, args.budget, STEPS)
     return xk, be
 
@@ -138,12 +139,9 @@ def jitc_section(platform: str, args, device) -> Table:
             xk_scatter = None
             for col, (fn, shape, batched) in xk.items():
                 inp = SB if batched else S
-                if be is None:
-                    (xc, xt, _), (bc, bt) = per_step_cells([lambda: scan_loop(fn, shape)], inp, args.runs,
-                                                           args.budget, STEPS)[0], (be_err, None)
-                else:
-                    (xc, xt, _), (bc, bt, _) = both_steps(lambda: scan_loop(fn, shape),
-                                                          lambda: scan_loop(be[col][0], shape), inp, args)
+                (xc, xt, _), (bc, bt, _) = both_steps(lambda: scan_loop(fn, shape),
+                                                      None if be is None else lambda: scan_loop(be[col][0], shape),
+                                                      inp, args, missing=be_err)
                 cells += [xc, bc, ratio(bt, xt)]
                 data[col] = {"xlakern_s": xt, "brainevent_s": bt}
                 if col == "s @ W":
