@@ -242,6 +242,16 @@ def per_step_cells(makes: list[Callable[[], Callable[..., Any]]], S: Any, runs: 
     return cells
 
 
+def library_cells(make_xk: Callable[[], Callable[..., Any]], make_be: Callable[[], Callable[..., Any]] | None, S: Any,
+                  runs: int, budget: float, steps: int, missing: str = NA_BE) -> tuple[tuple, tuple]:
+    """per_step_cells of xlakern's loop and BrainEvent's, timed in turns; BrainEvent's is the cell ``missing``
+    (with no time or output) where it is not installed or ``make_be`` is None."""
+    if make_be is None or brainevent is None:
+        return per_step_cells([make_xk], S, runs, budget, steps)[0], (missing, None, None)
+    xk, be = per_step_cells([make_xk, make_be], S, runs, budget, steps)
+    return xk, be
+
+
 _LOADED: dict[str, Any] = {}
 
 

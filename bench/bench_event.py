@@ -44,8 +44,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, hashed_trains, log,
-                       machine_info, per_step_cells, print_header, ratio, run_sections, time_fn, warm_gpu)
+from _benchlib import (NA_BE, Table, brainevent, err_cell, finish, fmt_t, hashed_spikes, hashed_trains,
+                       library_cells, log, machine_info, per_step_cells, print_header, ratio, run_sections, time_fn,
+                       warm_gpu)
 
 import jax
 import jax.numpy as jnp
@@ -293,12 +294,10 @@ def section(platform: str, args) -> list[Table]:
                     nb = BATCHED.get(col)
                     Sc = S if nb is None else (hashed_trains(STEPS, n, rate, nb) if hashed is not None else
                                                jnp.asarray(np.random.default_rng(2).random((STEPS, n, nb)) < rate))
-                    makes = [lambda: scan_loop(xk_steps[col], n, hashed, nb)]
-                    if be_steps is not None:
-                        makes.append(lambda: scan_loop(be_steps[col], n, hashed, nb))
-                    timed = per_step_cells(makes, Sc, args.runs, args.budget, STEPS)
-                    xc, xt, xo = timed[0]
-                    bc, bt, bo = timed[1] if be_steps is not None else (be_err, None, None)
+                    (xc, xt, xo), (bc, bt, bo) = library_cells(
+                        lambda: scan_loop(xk_steps[col], n, hashed, nb),
+                        None if be_steps is None else lambda: scan_loop(be_steps[col], n, hashed, nb), Sc, args.runs,
+                        args.budget, STEPS, missing=be_err)
                     del Sc
                     cells += [xc, bc, ratio(bt, xt)]
                     data[col] = {"xlakern_s": xt, "brainevent_s": bt}

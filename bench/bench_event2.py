@@ -38,8 +38,8 @@ from typing import Callable
 
 import numpy as np
 
-from _benchlib import (GRAPH_LOOPS, NA_BE, Table, brainevent, err_cell, finish, hashed_spikes, hashed_trains, log,
-                       machine_info, per_step_cells, print_header, ratio, run_sections, warm_gpu)
+from _benchlib import (GRAPH_LOOPS, NA_BE, Table, brainevent, err_cell, finish, hashed_spikes, hashed_trains,
+                       library_cells, log, machine_info, per_step_cells, print_header, ratio, run_sections, warm_gpu)
 
 import jax
 import jax.numpy as jnp
@@ -77,16 +77,6 @@ def scan_loop(step_fn: Callable, out_shape: tuple) -> Callable:
         return step_loop(lambda c, s: step_fn(s).astype(jnp.float32), jnp.zeros(out_shape, jnp.float32), S)
 
     return run
-
-
-def both_steps(make_xk: Callable[[], Callable], make_be: Callable[[], Callable] | None, S, args,
-               missing: str = NA_BE) -> tuple[tuple, tuple]:
-    """(cell, seconds a step, last output) of xlakern's loop and of BrainEvent's, timed in turns
-    (per_step_cells); BrainEvent's is the cell ``missing`` where it is not installed or make_be is None."""
-    if make_be is None or brainevent is None:
-        return per_step_cells([make_xk], S, args.runs, args.budget, STEPS)[0], (missing, None, None)
-    xk, be = per_step_cells([make_xk, make_be], S, args.runs, args.budget, STEPS)
-    return xk, be
 
 
 def jitc_steps(lib, n: int, prob: float):
@@ -139,9 +129,9 @@ def jitc_section(platform: str, args, device) -> Table:
             xk_scatter = None
             for col, (fn, shape, batched) in xk.items():
                 inp = SB if batched else S
-                (xc, xt, _), (bc, bt, _) = both_steps(lambda: scan_loop(fn, shape),
-                                                      None if be is None else lambda: scan_loop(be[col][0], shape),
-                                                      inp, args, missing=be_err)
+                (xc, xt, _), (bc, bt, _) = library_cells(
+                    lambda: scan_loop(fn, shape), None if be is None else lambda: scan_loop(be[col][0], shape), inp,
+                    args.runs, args.budget, STEPS, missing=be_err)
                 cells += [xc, bc, ratio(bt, xt)]
                 data[col] = {"xlakern_s": xt, "brainevent_s": bt}
                 if col == "s @ W":
@@ -205,8 +195,8 @@ def plasticity_section(platform: str, args, device) -> Table:
 
         cells, data, checks = [], {"n": n}, []
         for post, name in ((False, "pre"), (True, "post")):
-            (xc, xt, xo), (bc, bt, bo) = both_steps(lambda: loop(xlakern, post), lambda: loop(brainevent, post), S,
-                                                    args)
+            (xc, xt, xo), (bc, bt, bo) = library_cells(lambda: loop(xlakern, post), lambda: loop(brainevent, post), S,
+                                                       args.runs, args.budget, STEPS)
             # each timed call starts from the same w, so the outputs of both libraries must agree
             if xo is not None and bo is not None:
                 checks.append(bool(np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-5, atol=1e-6)))
@@ -242,7 +232,8 @@ def delay_section(platform: str, args, device) -> Table:
                 return step_loop(step, (jnp.zeros((slots, n), jnp.float32), jnp.int32(0)), S)[0]
             return lambda S: run(S, w, idx, ptr, delays)
 
-        (xc, xt, xo), (bc, bt, bo) = both_steps(lambda: loop(xlakern), lambda: loop(brainevent), S, args)
+        (xc, xt, xo), (bc, bt, bo) = library_cells(lambda: loop(xlakern), lambda: loop(brainevent), S, args.runs,
+                                                   args.budget, STEPS)
         check = "—" if xo is None or bo is None else (
             "ok" if np.allclose(np.asarray(xo), np.asarray(bo), rtol=1e-4, atol=1e-4) else "MISMATCH")
         table.add([f"{n:,}", str(k), xc, bc, ratio(bt, xt), check], {"n": n, "xlakern_s": xt, "brainevent_s": bt})
