@@ -43,11 +43,15 @@ def _weights(name: str, arg: str, x: Any):
     return x
 
 
+def _index_dtype_error(name: str, arg: str, dtype: Any) -> EventDTypeError:
+    return EventDTypeError(f"{name}: {arg} has dtype {dtype}; it must be int32 or int64 "
+                           f"(convert with {arg}.astype(jnp.int32))")
+
+
 def _index(name: str, arg: str, x: Any):
     x = jnp.asarray(x)
     if x.dtype not in (jnp.dtype(jnp.int32), jnp.dtype(jnp.int64)):
-        raise EventDTypeError(f"{name}: {arg} has dtype {x.dtype}; it must be int32 or int64 "
-                              f"(convert with {arg}.astype(jnp.int32))")
+        raise _index_dtype_error(name, arg, x.dtype)
     return x
 
 
@@ -86,8 +90,7 @@ def _integer_array(name: str, arg: str, x: Any):
     and int64, see _index)."""
     dtype = getattr(x, "dtype", None)
     if dtype is not None and not jnp.issubdtype(dtype, jnp.integer):
-        raise EventDTypeError(f"{name}: {arg} has dtype {dtype}; it must be int32 or int64 "
-                              f"(convert with {arg}.astype(jnp.int32))")
+        raise _index_dtype_error(name, arg, dtype)
 
 
 def _check_spikes(name: str, arg: str, v, n: int, mm: bool, transpose: bool):
