@@ -362,7 +362,12 @@ def test_edge_probabilities(rng):
     np.testing.assert_array_equal(np.asarray(xlakern.jitsmv(1.0, 0.0, v, 3, shape=(20, 30))), np.zeros(20))
     full = np.asarray(xlakern.jits(2.0, 1.0, 3, shape=(20, 30)))
     np.testing.assert_array_equal(full, np.full((20, 30), 2.0, np.float32))
-    np.testing.assert_allclose(np.asarray(xlakern.jitsmv(2.0, 1.0, v, 3, shape=(20, 30))), full @ v, rtol=1e-5)
+    # Against float64, within float32 summation's bound (n eps times the sum of |terms|): a sum of 30
+    # standard normals can cancel to near 0, where a relative tolerance on the sum fails on rounding alone
+    # (seen on an H200: 0.0434018 against 0.0434012, 1.1e-5 apart relatively).
+    got = np.asarray(xlakern.jitsmv(2.0, 1.0, v, 3, shape=(20, 30)))
+    bound = 32 * np.finfo(np.float32).eps * (np.abs(full.astype(np.float64)) @ np.abs(v.astype(np.float64)))
+    np.testing.assert_array_less(np.abs(got - full.astype(np.float64) @ v.astype(np.float64)), bound)
 
 
 def assert_cuda_compiles(filename: str, functions: set) -> None:
