@@ -475,16 +475,26 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
   const W* base = w + r_begin * ncols + col;
   const unsigned below = (1u << lane) - 1u;
   const int64_t b = blockIdx.y;  // the batch column (the launcher keeps batch within grid y)
+  // The lane's rows are wb + lane + 32 j for j < chunks, those below r_end: `left` rows from its first, so
+  // that a chunk costs one compare and a pointer step, not 64-bit row arithmetic. Every load is issued
+  // (predicated) before the first ballot: one spike latency for the slice.
+  const int64_t rows_left = r_end - (wb + lane);
+  const int32_t left = rows_left <= 0 ? 0 : int32_t(rows_left < chunks * 32 ? rows_left : chunks * 32);
+  const S* lane_spk = spk + ((wb + lane) * batch + b);  // read only at rows below r_end
+  const int64_t chunk_step = 32 * batch;
+  S sv[kSliceChunks];
+#pragma unroll
+  for (int j = 0; j < kSliceChunks; ++j) {
+    sv[j] = j * 32 < left ? *lane_spk : S(0);  // S(0) is inactive under every rule
+    lane_spk += chunk_step;
+  }
   unsigned masks[kSliceChunks];
   A values[kSliceChunks];
   int count = 0;
 #pragma unroll
   for (int j = 0; j < kSliceChunks; ++j) {
-    const int64_t r = wb + j * 32 + lane;
-    const bool inside = j < chunks && r < r_end;
-    const S sv = inside ? spk[r * batch + b] : S(0);
-    const bool on = inside && rule.active(sv);
-    values[j] = on ? rule.template value<A>(sv) : A(0);
+    const bool on = rule.active(sv[j]);
+    values[j] = on ? rule.template value<A>(sv[j]) : A(0);
     masks[j] = __ballot_sync(0xffffffffu, on);
     count += __popc(masks[j]);
   }
@@ -495,11 +505,13 @@ __global__ void __launch_bounds__(kThreads) dense_scatter_vec_kernel(
     if (k < warp) offset += warp_counts[k];
     total += warp_counts[k];
   }
+  const int32_t lane_first = int32_t(wb - r_begin) + lane;  // the lane's first row within the slice
 #pragma unroll
   for (int j = 0; j < kSliceChunks; ++j) {
+    if (j >= chunks) break;
     if ((masks[j] >> lane) & 1u) {
       const int slot = offset + __popc(masks[j] & below);
-      rows[slot] = int32_t(wb + j * 32 + lane - r_begin);
+      rows[slot] = lane_first + j * 32;
       if constexpr (!Binary) vals[slot] = values[j];
     }
     offset += __popc(masks[j]);
