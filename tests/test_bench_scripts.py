@@ -29,6 +29,18 @@ def test_bench_event_runs(tmp_path):
     assert json.loads(js.read_text())
 
 
+def test_bench_event_without_baselines(tmp_path):
+    """--no-baselines leaves out the BCSR (and on a GPU cuSPARSE) column: no figure, a cell that says so."""
+    js = tmp_path / "event.json"
+    text = _run(["bench/bench_event.py", "--platforms", "cpu", "--sizes", "600", "--runs", "1", "--budget", "0.05",
+                 "--rates", "0.05", "--columns", "s @ CSR", "--no-baselines", "--json", str(js)], tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith("| 600 |")]
+    assert len(rows) == 1 and "| — (not timed) |" in rows[0] and rows[0].endswith("| ok |"), rows
+    (table,) = json.loads(js.read_text())["tables"]
+    assert len(table["data"]) == 1 and "bcsr_s" not in table["data"][0], table["data"]
+    assert table["data"][0]["s @ CSR"]["xlakern_s"] > 0
+
+
 def test_bench_graph_update_runs(tmp_path):
     js = tmp_path / "graph_update.json"
     text = _run(["bench/bench_graph_update.py", "--cpu", "--sizes", "300", "--runs", "1", "--json", str(js)], tmp_path)
