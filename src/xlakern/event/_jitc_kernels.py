@@ -25,7 +25,7 @@ from jax.interpreters import ad
 
 from .. import XLACustomKernel, general_batching_rule
 from ._errors import EventShapeError
-from ._kernels import kernel_module, SDS, call_product, spike_factor
+from ._kernels import operand_module, SDS, call_product, spike_factor
 
 KINDS = {"s": 0, "u": 1, "n": 2}
 QTABLE_SIZE = 65537
@@ -33,8 +33,8 @@ MAX_SKIP_TABLE = 1 << 25  # entries; sets the smallest supported prob (about 6.6
 
 
 # The compiled kernels: built once per machine, then served from xlakern's cache.
-cpu_module = kernel_module("jitc_cpu.cc")
-cuda_module = kernel_module("jitc_cuda.cu")
+cpu_module = operand_module("jitc_cpu.cc")
+cuda_module = operand_module("jitc_cuda.cu")
 
 
 # ----------------------------------------------------------------------------- tables
@@ -236,7 +236,8 @@ class _JitcKind:
             def generator(outs, transpose, shape, log_keep=0.0):
                 extra = {"log_keep": float(log_keep)} if cuda else {}
                 def run(params, seed, table, qtable, v):
-                    return call_product(module_fn().jitc_mv, params, seed, table, qtable, v, out=outs[0],
+                    mod = module_fn(params.dtype, None, v.dtype, binary)
+                    return call_product(mod.jitc_mv, params, seed, table, qtable, v, out=outs[0],
                                         scratch=cuda, spike_cols=shape[1], grows=shape[0], gcols=shape[1], kind=kind,
                                         transpose=transpose, binary=binary, **extra)
                 return run
@@ -262,7 +263,8 @@ class _JitcKind:
         def compiled(module_fn):
             def generator(outs, shape):
                 def run(params, seed, table, qtable):
-                    return module_fn().jitc_dense(params, seed, table, qtable, outs=outs[0], kind=kind)
+                    # the materialisation reads no spikes: the parameters' build with bool spikes serves it
+                    return module_fn(params.dtype).jitc_dense(params, seed, table, qtable, outs=outs[0], kind=kind)
                 return run
             return generator
 

@@ -1,7 +1,8 @@
 """The operators' primitives: one XLACustomKernel per operator, with three backends each.
 
-* ``cpp`` (cpu): ``kernels/event_cpu.cc`` compiled by :func:`xlakern.load_cpp_file` on first use.
-* ``cuda`` (gpu): ``kernels/event_cuda.cu`` compiled by :func:`xlakern.load_cuda_file`.
+* ``cpp`` (cpu): ``kernels/event_cpu.cc`` compiled by :func:`xlakern.load_cpp_file` on first use,
+  once per combination of operand dtypes (:func:`operand_module`).
+* ``cuda`` (gpu): ``kernels/event_cuda.cu`` compiled by :func:`xlakern.load_cuda_file`, the same way.
 * ``jnp`` (cpu, gpu, tpu): the same arithmetic in jax.numpy, the reference the tests compare with
   and the kernel on platforms without a compiled one.
 
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
-from .. import XLACustomKernel, general_batching_rule, load_cpp_file, load_cuda_file
+from .. import ConfigError, XLACustomKernel, general_batching_rule, load_cpp_file, load_cuda_file
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 SDS = jax.ShapeDtypeStruct
@@ -35,15 +37,59 @@ def kernel_module(source: str):
     return functools.lru_cache(maxsize=None)(lambda: load(KERNEL_DIR / source, name="xlakern_" + Path(source).stem))
 
 
-cpu_module = kernel_module("event_cpu.cc")
-cuda_module = kernel_module("event_cuda.cu")
+# The DType enumerators of event_common.h's XK_EVENT_ONLY_* macros, by NumPy dtype name.
+_DTYPE_ENUM = {"float16": "Float16", "bfloat16": "BFloat16", "float32": "Float32", "float64": "Float64",
+               "int32": "Int32", "int64": "Int64"}
+
+
+def operand_module(source: str):
+    """The loader of ``kernels/<source>`` built for one combination of operand dtypes.
+
+    ``loader(weights, indices, spikes, binary)`` takes the dtypes the entry point will see (``weights``:
+    the weights', or a JITC product's parameters'; ``indices`` None where the entry point reads none)
+    and returns the module ``xlakern_<stem>_<weights>_<indices>_<spikes>``, compiled with only that
+    combination's kernels (``XK_EVENT_ONLY_*`` in event_common.h): a binary spike is its width in bytes
+    (``b1`` for bool), float spikes ``f``. Each module compiles on its first call (once per machine), then
+    loads from xlakern's cache, once a process. The defaults are the common case (float32 weights,
+    int32 indices, bool spikes). A first product so compiles one combination of ~50: on 2 cores
+    event_cuda.cu took 6 s instead of 40 s and event_cpu.cc 1.7 s instead of 27 s (bench/RESULTS.md).
+    ``XLAKERN_EVENT_BUILDS=all`` takes one build of every combination instead (``xlakern_<stem>``),
+    e.g. to fill a cache that many dtypes will share with one compile."""
+    load = load_cuda_file if source.endswith(".cu") else load_cpp_file
+    stem = Path(source).stem
+    every_dtype = kernel_module(source)
+
+    @functools.lru_cache(maxsize=None)
+    def build(weights: str, indices: str, spikes: int):
+        flags = [f"-DXK_EVENT_ONLY_WEIGHTS={_DTYPE_ENUM[weights]}", f"-DXK_EVENT_ONLY_INDICES={_DTYPE_ENUM[indices]}",
+                 f"-DXK_EVENT_ONLY_SPIKES={spikes}"]
+        name = f"xlakern_{stem}_{weights}_{indices}_{f'b{spikes}' if spikes else 'f'}"
+        option = "extra_cuda_cflags" if source.endswith(".cu") else "extra_cflags"
+        return load(KERNEL_DIR / source, name=name, **{option: flags})
+
+    def loader(weights="float32", indices="int32", spikes="bool", binary: bool = True):
+        builds = os.environ.get("XLAKERN_EVENT_BUILDS", "")
+        if builds == "all":
+            return every_dtype()
+        if builds not in ("", "each"):
+            raise ConfigError(f"XLAKERN_EVENT_BUILDS={builds!r}: use 'each' (one build per combination of "
+                              f"operand dtypes, the default) or 'all' (one build of every combination)")
+        # an entry point without indices dispatches none: any build serves it, so take the common one
+        index_name = "int32" if indices is None else jnp.dtype(indices).name
+        return build(jnp.dtype(weights).name, index_name, jnp.dtype(spikes).itemsize if binary else 0)
+
+    return loader
+
+
+cpu_module = operand_module("event_cpu.cc")
+cuda_module = operand_module("event_cuda.cu")
 # the per-synapse CSR kernels: dt2t at the row, the weight gradient's row x column product
 synapse_cpu_module = kernel_module("csr_synapse_cpu.cc")
 synapse_cuda_module = kernel_module("csr_synapse_cuda.cu")
 # The indexed products (weights read through a permutation) are separate modules, so that the
 # modules every product compiles do not carry their instantiations.
-indexed_cpu_module = kernel_module("event_indexed_cpu.cc")
-indexed_cuda_module = kernel_module("event_indexed_cuda.cu")
+indexed_cpu_module = operand_module("event_indexed_cpu.cc")
+indexed_cuda_module = operand_module("event_indexed_cuda.cu")
 
 
 def acc_dtype(weight_dtype) -> jnp.dtype:
@@ -347,7 +393,8 @@ class _Family:
             def generator(outs, transpose, shape=None):
                 def run(*args):
                     data, indices, indptr, spikes, nconn, perm = self._split(args)
-                    mod = module_fn()
+                    index_dtype = None if indices is None else indices.dtype
+                    mod = module_fn(data.dtype, index_dtype, spikes.dtype, binary)
                     if perm is not None:
                         return mod.event_sparse_indexed(data, indices, indptr, perm, spikes, outs=outs[0],
                                                         nrows=shape[0], ncols=shape[1], transpose=transpose,

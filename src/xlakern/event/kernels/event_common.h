@@ -338,21 +338,75 @@ bool launch_in_clusters(unsigned cluster_z, void (*kernel)(Params...), dim3 grid
 inline DType acc_dtype(DType w) { return w == DType::Float64 ? DType::Float64 : DType::Float32; }
 inline int64_t batch_of(const xk::Tensor& spikes) { return spikes.ndim() == 2 ? spikes.shape(1) : 1; }
 
+// A module may be built for one combination of operand dtypes (xlakern.event._kernels.operand_module):
+// -DXK_EVENT_ONLY_WEIGHTS=<DType enumerator> (the weights', or a JITC product's parameters'),
+// -DXK_EVENT_ONLY_INDICES=<DType enumerator> and -DXK_EVENT_ONLY_SPIKES=<bytes of a binary spike, or 0
+// for float spikes> leave every other combination's kernels out of it. A first product then compiles
+// one combination, not ~50 (event_cuda.cu on 2 cores: 6 s instead of 40 s). Without them a build serves
+// every dtype. A dtype a build leaves out raises (only a direct FFI call can bring one).
+template <DType D> constexpr bool weights_built() {
+#ifdef XK_EVENT_ONLY_WEIGHTS
+  return D == DType::XK_EVENT_ONLY_WEIGHTS;
+#else
+  return true;
+#endif
+}
+template <DType D> constexpr bool indices_built() {
+#ifdef XK_EVENT_ONLY_INDICES
+  return D == DType::XK_EVENT_ONLY_INDICES;
+#else
+  return true;
+#endif
+}
+template <int Bytes> constexpr bool spikes_built() {  // Bytes: a binary spike's width; 0: float spikes
+#ifdef XK_EVENT_ONLY_SPIKES
+  return Bytes == XK_EVENT_ONLY_SPIKES;
+#else
+  return true;
+#endif
+}
+
+inline void not_built(const char* what, DType dt) {
+  XK_CHECK(false) << "this build of the event kernels leaves out " << what << " " << xk::dtype_name(dt)
+                  << " (xlakern builds one module per combination of operand dtypes)";
+}
+
+// f(Tag<T>{}) where Built, else the error that says this build left T out.
+template <bool Built, typename T, typename F>
+void call_built(F&& f, const char* what, DType dt) {
+  if constexpr (Built) f(Tag<T>{});
+  else not_built(what, dt);
+}
+
+// f(Tag<S>{}, the binary rule of `mask`) where Built, else the same error.
+template <typename S, bool Built, typename F>
+void call_binary(F&& f, S mask, DType dt) {
+  if constexpr (Built) f(Tag<S>{}, SpikeRule<S, true>{mask});
+  else not_built("binary spikes", dt);
+}
+
 template <typename F>
 void dispatch_weights(DType dt, F&& f) {
   switch (dt) {
-    case DType::Float16: f(Tag<xk::float16_t>{}); break;
-    case DType::BFloat16: f(Tag<xk::bfloat16_t>{}); break;
-    case DType::Float32: f(Tag<float>{}); break;
-    case DType::Float64: f(Tag<double>{}); break;
+    case DType::Float16: call_built<weights_built<DType::Float16>(), xk::float16_t>(f, "weights", dt); break;
+    case DType::BFloat16: call_built<weights_built<DType::BFloat16>(), xk::bfloat16_t>(f, "weights", dt); break;
+    case DType::Float32: call_built<weights_built<DType::Float32>(), float>(f, "weights", dt); break;
+    case DType::Float64: call_built<weights_built<DType::Float64>(), double>(f, "weights", dt); break;
     default: XK_CHECK(false) << "weights must be float16, bfloat16, float32 or float64, got " << xk::dtype_name(dt);
   }
 }
 
+// The accumulation type's tag (float64 for float64, else float32), for kernels typed by it alone (JITC).
+template <typename F>
+void dispatch_accumulator(DType acc, F&& f) {
+  if (acc == DType::Float64) call_built<weights_built<DType::Float64>(), double>(f, "parameters", acc);
+  else call_built<weights_built<DType::Float32>(), float>(f, "parameters", acc);
+}
+
 template <typename F>
 void dispatch_index(DType dt, F&& f) {
-  if (dt == DType::Int32) f(Tag<int32_t>{});
-  else if (dt == DType::Int64) f(Tag<int64_t>{});
+  if (dt == DType::Int32) call_built<indices_built<DType::Int32>(), int32_t>(f, "indices", dt);
+  else if (dt == DType::Int64) call_built<indices_built<DType::Int64>(), int64_t>(f, "indices", dt);
   else XK_CHECK(false) << "indices must be int32 or int64, got " << xk::dtype_name(dt);
 }
 
@@ -362,16 +416,20 @@ void dispatch_spikes(const xk::Tensor& spikes, bool binary, DType acc, F&& f) {
   const DType dt = spikes.dtype();
   if (!binary) {
     XK_CHECK(dt == acc) << "float spikes must be " << xk::dtype_name(acc) << ", got " << xk::dtype_name(dt);
-    if (dt == DType::Float64) f(Tag<double>{}, SpikeRule<double, false>{});
-    else f(Tag<float>{}, SpikeRule<float, false>{});
+    if constexpr (spikes_built<0>()) {
+      if (dt == DType::Float64) f(Tag<double>{}, SpikeRule<double, false>{});
+      else f(Tag<float>{}, SpikeRule<float, false>{});
+    } else {
+      not_built("float spikes", dt);
+    }
     return;
   }
   const bool is_float = dt == DType::Float16 || dt == DType::BFloat16 || dt == DType::Float32 || dt == DType::Float64;
   switch (xk::dtype_size(dt)) {
-    case 1: f(Tag<uint8_t>{}, SpikeRule<uint8_t, true>{uint8_t(0xffu)}); break;
-    case 2: f(Tag<uint16_t>{}, SpikeRule<uint16_t, true>{uint16_t(is_float ? 0x7fffu : 0xffffu)}); break;
-    case 4: f(Tag<uint32_t>{}, SpikeRule<uint32_t, true>{is_float ? 0x7fffffffu : 0xffffffffu}); break;
-    case 8: f(Tag<uint64_t>{}, SpikeRule<uint64_t, true>{is_float ? ~(uint64_t(1) << 63) : ~uint64_t(0)}); break;
+    case 1: call_binary<uint8_t, spikes_built<1>()>(f, uint8_t(0xffu), dt); break;
+    case 2: call_binary<uint16_t, spikes_built<2>()>(f, uint16_t(is_float ? 0x7fffu : 0xffffu), dt); break;
+    case 4: call_binary<uint32_t, spikes_built<4>()>(f, is_float ? 0x7fffffffu : 0xffffffffu, dt); break;
+    case 8: call_binary<uint64_t, spikes_built<8>()>(f, is_float ? ~(uint64_t(1) << 63) : ~uint64_t(0), dt); break;
     default: XK_CHECK(false) << "unsupported spike dtype " << xk::dtype_name(dt);
   }
 }

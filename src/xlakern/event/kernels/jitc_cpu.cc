@@ -143,8 +143,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       else gather(g, wt, spikes.data_ptr<S>(), out.data_ptr<A>(), batch, rule);
     });
   };
-  if (acc == DType::Float64) run(Tag<double>{});
-  else run(Tag<float>{});
+  dispatch_accumulator(acc, run);
 }
 
 // @xk jitc_dense arg arg arg arg ret attr.kind:int64
@@ -170,6 +169,5 @@ void jitc_dense(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor
       }
     });
   };
-  if (acc == DType::Float64) run(Tag<double>{});
-  else run(Tag<float>{});
+  dispatch_accumulator(acc, run);
 }

@@ -873,8 +873,7 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
       }
     });
   };
-  if (acc == DType::Float64) run(Tag<double>{});
-  else run(Tag<float>{});
+  dispatch_accumulator(acc, run);
   XK_CHECK_LAUNCH();
 }
 
