@@ -106,3 +106,15 @@ def test_plot_network_draws_the_recorded_results(tmp_path):
     png = tmp_path / "rtf.png"
     _run(["bench/plot_network.py", os.path.join(ROOT, "bench", "network_h100.json"), "--out", str(png)], tmp_path)
     assert png.stat().st_size > 1000
+
+
+def test_bench_first_call_runs(tmp_path):
+    """One case, the default arm, on the CPU: a cold and a warm fresh process, both checked against NumPy."""
+    js = tmp_path / "first_call.json"
+    text = _run(["bench/bench_first_call.py", "--platforms", "cpu", "--cases", "s @ CSR", "--arms", "xlakern",
+                 "--repeats", "1", "--json", str(js)], tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith("| s @ CSR |")]
+    assert len(rows) == 2 and not any("error" in r or "WRONG" in r for r in rows), rows
+    (table,) = json.loads(js.read_text())["tables"]
+    cell = table["data"][0]["xlakern"]
+    assert cell["cold_s"] > 0 and len(cell["warm_s"]) == 1 and cell["max_abs_err"] <= 1e-3, cell
