@@ -135,6 +135,8 @@ def section(platform: str, cases: list[str], arms: list[str], repeats: int, time
                 errs = [cold_err] + [e for _, e in warm]
                 ok = max(errs) <= 1e-3  # float32 sums of up to ~200 weights below 1
                 data[arm] = {"cold_s": cold, "warm_s": [s for s, _ in warm], "max_abs_err": max(errs)}
+                # each cell as it lands, so a run cut short still leaves its figures
+                log(f"  {platform} {case} {arm}: {json.dumps(data[arm])}")
                 cells["cold"][arm] = fmt_t(cold) + ("" if ok else f" (WRONG: err {max(errs):.3g})")
                 cells["warm"][arm] = fmt_t(statistics.median(s for s, _ in warm)) if warm else "—"
             except Exception as e:  # noqa: BLE001 -- the cell says what failed
