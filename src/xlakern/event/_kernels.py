@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax.interpreters import ad
 
 from .. import ConfigError, XLACustomKernel, general_batching_rule, load_cpp_file, load_cuda_file
+from .._dtypes import DTYPES
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 SDS = jax.ShapeDtypeStruct
@@ -37,9 +38,9 @@ def kernel_module(source: str):
     return functools.lru_cache(maxsize=None)(lambda: load(KERNEL_DIR / source, name="xlakern_" + Path(source).stem))
 
 
-# The DType enumerators of event_common.h's XK_EVENT_ONLY_* macros, by NumPy dtype name.
-_DTYPE_ENUM = {"float16": "Float16", "bfloat16": "BFloat16", "float32": "Float32", "float64": "Float64",
-               "int32": "Int32", "int64": "Int64"}
+# The xk::DType enumerators that event_common.h's XK_EVENT_ONLY_* macros take, by NumPy dtype name (from the
+# package's one dtype table, which a test checks against the C++ enum).
+_DTYPE_ENUM = {d.name: d.cpp_enum for d in DTYPES}
 
 
 def operand_module(source: str):
@@ -55,7 +56,8 @@ def operand_module(source: str):
     event_cuda.cu took 6 s instead of 40 s and event_cpu.cc 1.7 s instead of 27 s (bench/RESULTS.md).
     ``XLAKERN_EVENT_BUILDS=all`` takes one build of every combination instead (``xlakern_<stem>``),
     e.g. to fill a cache that many dtypes will share with one compile."""
-    load = load_cuda_file if source.endswith(".cu") else load_cpp_file
+    cuda = source.endswith(".cu")
+    load, flags_option = (load_cuda_file, "extra_cuda_cflags") if cuda else (load_cpp_file, "extra_cflags")
     stem = Path(source).stem
     every_dtype = kernel_module(source)
 
@@ -64,8 +66,7 @@ def operand_module(source: str):
         flags = [f"-DXK_EVENT_ONLY_WEIGHTS={_DTYPE_ENUM[weights]}", f"-DXK_EVENT_ONLY_INDICES={_DTYPE_ENUM[indices]}",
                  f"-DXK_EVENT_ONLY_SPIKES={spikes}"]
         name = f"xlakern_{stem}_{weights}_{indices}_{f'b{spikes}' if spikes else 'f'}"
-        option = "extra_cuda_cflags" if source.endswith(".cu") else "extra_cflags"
-        return load(KERNEL_DIR / source, name=name, **{option: flags})
+        return load(KERNEL_DIR / source, name=name, **{flags_option: flags})
 
     def loader(weights="float32", indices="int32", spikes="bool", binary: bool = True):
         builds = os.environ.get("XLAKERN_EVENT_BUILDS", "")
