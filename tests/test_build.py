@@ -196,6 +196,31 @@ def test_load_cpp_dir_edit_one_file_recompiles_one_object(fresh_cache, tmp_path,
     assert compiles_of(log, str(d)) == []
 
 
+@pytest.mark.parametrize("upgraded", ["_our_headers", "_ffi_headers_digest"])
+def test_objects_built_against_other_xlakern_or_jaxlib_headers_are_not_reused(
+        fresh_cache, tmp_path, monkeypatch, rng, upgraded):
+    # xlakern's and jaxlib's headers are -isystem, so depfiles do not list them. An object store
+    # that kept objects across an upgrade of either would link an object compiled against the old
+    # headers (another XLA_FFI_CallFrame, another xk::Tensor) into a module built now.
+    d = tmp_path / "kernels"
+    d.mkdir()
+    (d / "k.cc").write_text(scale_kernel("k", "3.0f"))
+    wrapper, log = counting_wrapper(tmp_path, REAL_CXX)
+    monkeypatch.setenv("CXX", str(wrapper))
+    xlakern.load_cpp_dir(d, name=unique_name("upgrade"))
+    assert len(compiles_of(log, str(d))) == 1 and len(compiles_of(log, "xlakern_handlers.cc")) == 1
+    log.unlink()
+    xlakern.load_cpp_dir(d, name=unique_name("upgrade"))  # same headers: the kernel's object is reused
+    assert compiles_of(log, str(d)) == []
+    log.unlink()  # (the handlers name their module, so they compile again under a new name)
+    before = getattr(_build, upgraded)()
+    monkeypatch.setattr(_build, upgraded, lambda: (before, "upgraded"))
+    mod = xlakern.load_cpp_dir(d, name=unique_name("upgrade"))
+    assert len(compiles_of(log, str(d))) == 1 and len(compiles_of(log, "xlakern_handlers.cc")) == 1
+    x = rng.standard_normal(17).astype(np.float32)
+    np.testing.assert_allclose(call(mod, "k", x), 3.0 * x, rtol=1e-6)
+
+
 def test_load_cpp_dir_rejects_a_bad_directory(tmp_path):
     with pytest.raises(xlakern.XlakernError, match="not a directory"):
         xlakern.load_cpp_dir(tmp_path / "missing")
@@ -653,3 +678,4 @@ def test_unusable_cache_dir_is_a_compilation_error_naming_it(tmp_path):
             xlakern.load_cpp_inline(unique_name("nocache"), scale_kernel("f", "2.0f"))
     finally:
         xlakern.set_cache_dir(None)
+

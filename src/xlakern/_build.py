@@ -537,7 +537,11 @@ class Builder:
         # object depends on (with the source's bytes and the compilers' versions).
         command = [a.replace(str(work), "<work>") for a in step.command]
         versions = [self.host.identity, self.cuda.identity if self.cuda else None]
-        return _sha256(json.dumps([command, _sha256(source_bytes), versions]))
+        # xlakern's and jaxlib's headers are -isystem, so no depfile lists them: their digests go in
+        # here, or an object built against an older xlakern or jaxlib (another XLA_FFI_CallFrame,
+        # say) would be linked into a module of the new one.
+        headers = [_our_headers(), _ffi_headers_digest()]
+        return _sha256(json.dumps([command, _sha256(source_bytes), versions, headers]))
 
     def _compile_steps(self, work: Path) -> list[_Step]:
         steps: list[_Step] = []
