@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -679,3 +680,75 @@ def test_unusable_cache_dir_is_a_compilation_error_naming_it(tmp_path):
     finally:
         xlakern.set_cache_dir(None)
 
+
+# The frame glue (ffi_frame.h) on CUDA modules, which still get the typed glue by default
+# (_codegen.FRAME_GLUE_PLATFORMS): built here on any machine with nvcc, run on a GPU, so the
+# switch has its test in place. One kernel takes an attribute, the stream as cudaStream_t and
+# as int64_t, and accumulates into an output that only zeroed_outputs clears.
+CUDA_FRAME_SRC = r"""
+__global__ void binned_kernel(const float* x, const int32_t* bin, float* hist, float w, int n) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) atomicAdd(hist + bin[k], w * x[k]);
+}
+// @xk binned arg arg ret attr.w:float32 stream
+void binned(const xk::Tensor x, const xk::Tensor bin, xk::Tensor hist, float w, cudaStream_t stream) {
+  int n = x.numel();
+  if (n > 0) binned_kernel<<<(n + 127) / 128, 128, 0, stream>>>(x.data<float>(), bin.data<int32_t>(),
+                                                                hist.data<float>(), w, n);
+}
+__global__ void twice_kernel(const float* x, float* o, int n) {
+  int k = blockIdx.x * blockDim.x + threadIdx.x; if (k < n) o[k] = 2.0f * x[k];
+}
+// @xk twice arg ret stream
+void twice(const xk::Tensor x, xk::Tensor o, int64_t stream) {
+  int n = x.numel();
+  if (n > 0) twice_kernel<<<(n + 127) / 128, 128, 0, (cudaStream_t)stream>>>(x.data<float>(), o.data<float>(), n);
+}
+"""
+
+
+def _cuda_frame_module(monkeypatch, name: str):
+    from xlakern import _codegen
+    monkeypatch.setattr(_codegen, "FRAME_GLUE_PLATFORMS", frozenset({"cpu", "cuda"}))
+    mod = xlakern.load_cuda_inline(unique_name(name), CUDA_FRAME_SRC, **ARCH)
+    glue = (mod.path.parent / "xlakern_handlers.cc").read_text()
+    assert '#include "xlakern/ffi_frame.h"' in glue and "ffi::Bind" not in glue
+    assert "XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE" in glue
+    return mod
+
+
+@needs_nvcc
+def test_cuda_modules_build_on_the_frame_glue(fresh_cache, monkeypatch):
+    mod = _cuda_frame_module(monkeypatch, "cuframe_build")
+    assert mod.functions == {"binned": "arg arg ret attr.w:float32 stream", "twice": "arg ret stream"}
+
+
+@pytest.mark.gpu
+def test_cuda_modules_run_on_the_frame_glue(fresh_cache, monkeypatch, rng):
+    mod = _cuda_frame_module(monkeypatch, "cuframe_run")
+    gpu = jax.devices("gpu")[0]
+    n, bins = 5000, 37
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    b = rng.integers(0, bins, (3, n)).astype(np.int32)
+    want = np.zeros((3, bins))
+    for r in range(3):
+        np.add.at(want[r], b[r], 0.5 * x[r].astype(np.float64))
+    xs, bs = jax.device_put(x, gpu), jax.device_put(b, gpu)
+    hist = lambda x, b: mod.binned(x, b, outs=SDS((bins,), jnp.float32), w=0.5, zeroed_outputs=[0],
+                                   vmap_method="broadcast_all")
+    np.testing.assert_allclose(np.asarray(hist(xs[0], bs[0])), want[0], rtol=1e-4, atol=1e-4)
+    # vmap through the control handler's per-element loop, each element's output cleared
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(hist))(xs, bs)), want, rtol=1e-4, atol=1e-4)
+
+    # in a jitted loop (a command buffer, the handlers declaring themselves compatible), the output
+    # cleared again every step
+    @jax.jit
+    def loop(x, b):
+        return jax.lax.fori_loop(0, 20, lambda i, acc: acc + hist(x, b), jnp.zeros((bins,), jnp.float32))
+
+    np.testing.assert_allclose(np.asarray(loop(xs[1], bs[1])), 20 * want[1], rtol=1e-4, atol=1e-3)
+    y = jax.jit(lambda v: mod.twice(v, outs=SDS(v.shape, v.dtype)))(xs[2])
+    np.testing.assert_allclose(np.asarray(y), 2 * x[2], rtol=1e-6)
+    # a raw call that does not fit the signature is refused with the reason
+    with pytest.raises(Exception, match=r"it takes the attributes \[w\], the call passed \[\]"):
+        jax.block_until_ready(jax.ffi.ffi_call(f"{mod.name}.binned", SDS((bins,), jnp.float32))(xs[0], bs[0]))

@@ -151,6 +151,39 @@ def test_decay_eager_jit_and_raw_ffi_call(mod, rng):
     np.testing.assert_allclose(raw, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("mistake, message", [
+    ("float64 attribute", r"attribute 'alpha' must be a scalar of dtype float32, the call passed a scalar of dtype float64"),
+    ("int32 attribute", r"attribute 'alpha' must be a scalar of dtype float32, the call passed a scalar of dtype int32"),
+    ("no attribute", r"it takes the attributes \[alpha\], the call passed \[\]"),
+    ("misspelt attribute", r"it takes the attributes \[alpha\], the call passed \[alfa\]"),
+    ("extra attribute", r"it takes the attributes \[alpha\], the call passed \[alpha, beta\]"),
+    ("three inputs", r"it takes 2 input\(s\) and 1 output\(s\), the call passed 3 and 1"),
+    ("two outputs", r"it takes 2 input\(s\) and 1 output\(s\), the call passed 2 and 2"),
+])
+def test_raw_ffi_call_mistakes_name_what_is_wrong(mod, rng, mistake, message):
+    # A raw jax.ffi.ffi_call reaches the generated handler without xlakern's Python checks: the handler
+    # itself must refuse a call that does not fit its signature, say why, and not run the kernel.
+    v = rng.standard_normal(64).astype(np.float32)
+    x = rng.standard_normal(64).astype(np.float32)
+    out = SDS(v.shape, v.dtype)
+    call = {
+        "float64 attribute": lambda: jax.ffi.ffi_call("cpu_kernels.decay", out)(v, x, alpha=np.float64(0.9)),
+        "int32 attribute": lambda: jax.ffi.ffi_call("cpu_kernels.decay", out)(v, x, alpha=np.int32(1)),
+        "no attribute": lambda: jax.ffi.ffi_call("cpu_kernels.decay", out)(v, x),
+        "misspelt attribute": lambda: jax.ffi.ffi_call("cpu_kernels.decay", out)(v, x, alfa=np.float32(0.9)),
+        "extra attribute": lambda: jax.ffi.ffi_call("cpu_kernels.decay", out)(
+            v, x, alpha=np.float32(0.9), beta=np.float32(1)),
+        "three inputs": lambda: jax.ffi.ffi_call("cpu_kernels.decay", out)(v, x, x, alpha=np.float32(0.9)),
+        "two outputs": lambda: jax.ffi.ffi_call("cpu_kernels.decay", (out, out))(v, x, alpha=np.float32(0.9)),
+    }[mistake]
+    with pytest.raises(Exception, match=message) as info:
+        jax.block_until_ready(call())
+    assert "cpu_kernels.decay" in str(info.value)
+    # the same target, called rightly afterwards, still works
+    good = jax.ffi.ffi_call("cpu_kernels.decay", out)(v, x, alpha=np.float32(0.25))
+    np.testing.assert_allclose(good, v.astype(np.float64) * 0.25 + x, rtol=1e-6, atol=1e-6)
+
+
 def test_kernel_inside_fori_loop(mod, rng):
     v0 = rng.standard_normal(512).astype(np.float32)
     x = rng.standard_normal(512).astype(np.float32)

@@ -1,14 +1,17 @@
 """Generation of the XLA FFI handlers that wrap user entry points.
 
 For an entry point ``void scale(const xk::Tensor, xk::Tensor, float, int64_t)``
-with spec ``arg ret attr.factor:float32 stream`` this emits a handler bound
-with XLA's typed FFI API::
+with spec ``arg ret attr.factor:float32 stream`` this emits ``xk_ffi_scale``, an
+``XLA_FFI_Error* (XLA_FFI_CallFrame*)`` handler that checks the frame against the
+signature (one input, one output, the attribute ``factor`` as a float32 scalar),
+builds xk::Tensor views, calls ``scale`` and turns C++ exceptions into FFI errors.
 
-    Ffi::Bind().Ctx<PlatformStream<cudaStream_t>>().Arg<AnyBuffer>()
-               .Ret<AnyBuffer>().Attr<float>("factor")
+Two emitters exist while the CUDA one is moved over:
 
-that builds xk::Tensor views, calls ``scale`` inside ``guarded_call`` (which
-turns C++ exceptions into FFI errors) and is exported as ``xk_ffi_scale``.
+* the frame glue (``xlakern/ffi_frame.h``, XLA's C API alone), for the platforms in
+  :data:`FRAME_GLUE_PLATFORMS`. Its handler compiles in a fraction of a second;
+* the typed glue (``xlakern/ffi_glue.h``, XLA's templated ``Ffi::Bind()`` API), for the
+  others. Its handlers cost a compiler about 3 s a module at -O3.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ GLUE_ABI_VERSION = 2  # 2: a second handler per entry point, with the xlakern_ct
 
 # The attribute of the control handlers: [zero mask, unbatched rank of each buffer].
 CONTROL_ATTR = "xlakern_ctl"
+
+# Platforms whose modules get the frame glue. CUDA keeps the typed glue until a GPU run of the
+# whole suite has passed on the frame glue: its handler is host-compiled beside nvcc, so a cold
+# CUDA build does not wait on it the way a cold C++ build does.
+FRAME_GLUE_PLATFORMS = frozenset({"cpu"})
 
 
 def handler_symbol(entry_name: str) -> str:
@@ -120,6 +128,68 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL({symbol}, {impl},
 """
 
 
+def _frame_handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bool, control: bool) -> str:
+    """One handler of ``entry`` on the frame glue; see :func:`_handler` for the two kinds."""
+    cpu = platform != "cuda"
+    attrs = [p.attr_name for p in entry.params if p.kind == "attr"]
+    names = sorted(attrs + ([CONTROL_ATTR] if control else []))  # XLA passes attributes sorted by name
+    n_arg = sum(p.kind == "arg" for p in entry.params)
+    n_ret = sum(p.kind == "ret" for p in entry.params)
+    lines: list[str] = []
+    if not cpu:
+        lines.append("const cudaStream_t xk_stream = xk_f.stream();")
+    for p in entry.params:
+        if p.kind == "attr":
+            cpp = ATTR_TYPES[p.attr_type]
+            lines.append(f"const {cpp} attr_{p.attr_name} = xk_f.attr<{cpp}>({names.index(p.attr_name)});")
+    call_args: list[str] = []
+    i_arg = i_ret = 0
+    for p in entry.params:
+        if p.kind == "arg":
+            call_args.append(f"xk_loop.tensor({i_arg}, xk_b)" if control else f"xk_f.input({i_arg})")
+            i_arg += 1
+        elif p.kind == "ret":
+            call_args.append(f"xk_loop.tensor({n_arg + i_ret}, xk_b)" if control else f"xk_f.output({i_ret})")
+            i_ret += 1
+        elif p.kind == "attr":
+            call_args.append(f"attr_{p.attr_name}")
+        else:  # stream
+            call_args.append("xk_stream" if "cudaStream_t" in p.cpp_type else "reinterpret_cast<int64_t>(xk_stream)")
+    call = f"{entry.qualified_name}({', '.join(call_args)});"
+    if control:
+        lines.append(f"const ::xk::frame::ElementLoop<{n_arg + n_ret}> xk_loop(xk_f, {n_arg}, "
+                     f"{names.index(CONTROL_ATTR)});")
+        if cpu:
+            lines.append("xk_loop.zero_outputs(::xk::detail::parallel_zero);")
+        else:
+            lines.append("xk_loop.zero_outputs([&](void* p, size_t bytes) {\n"
+                         "      const int rc = cudaMemsetAsync(p, 0, bytes, xk_stream);\n"
+                         "      if (rc != 0) throw ::xk::Error(\"zeroed_outputs: cudaMemsetAsync failed with CUDA error \" + "
+                         "std::to_string(rc));\n    });")
+        lines.append(f"for (int64_t xk_b = 0; xk_b < xk_loop.count(); ++xk_b) {call}")
+        symbol = control_handler_symbol(entry.name)
+    else:
+        lines.append(call)
+        symbol = handler_symbol(entry.name)
+    target = f"{module}.{entry.name}"
+    names_array = f"xk_names_{symbol}"
+    names_decl = (f"static const char* const {names_array}[] = {{{', '.join(_c_string(n) for n in names)}}};\n"
+                  if names else "")
+    traits = "XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE" if (not cpu and allow_cuda_graph) else "0"
+    signature = ", ".join([_c_string(target), str(n_arg), str(n_ret), names_array if names else "nullptr",
+                           str(len(names)), traits])
+    body = "\n    ".join(lines)
+    return f"""
+// {control_target(target) if control else target}: {entry.spec}   ({entry.source}, line {entry.line})
+{names_decl}XK_EXPORT XLA_FFI_Error* {symbol}(XLA_FFI_CallFrame* xk_frame) {{
+  static constexpr ::xk::frame::Signature xk_sig = {{{signature}}};
+  return ::xk::frame::handle<{"true" if cpu else "false"}>(xk_frame, xk_sig, [&](const ::xk::frame::Frame& xk_f) {{
+    {body}
+  }});
+}}
+"""
+
+
 def _declaration(entry: EntryPoint) -> str:
     linkage = 'extern "C" ' if entry.c_linkage else ""
     decl = f"{linkage}void {entry.name}({', '.join(p.cpp_type for p in entry.params)});"
@@ -130,16 +200,18 @@ def _declaration(entry: EntryPoint) -> str:
 def generate_glue(module: str, entries: Sequence[EntryPoint], platform: str, *, allow_cuda_graph: bool) -> str:
     """The C++ source of the handler translation unit of one module."""
     decls = "\n".join(_declaration(e) for e in entries)
-    handlers = "".join(_handler(module, e, platform, allow_cuda_graph, control)
+    frame = platform in FRAME_GLUE_PLATFORMS
+    emit = _frame_handler if frame else _handler
+    include = ('#include "xlakern/ffi_frame.h"' if frame
+               else '#include "xlakern/ffi_glue.h"\n\nnamespace ffi = ::xla::ffi;')
+    handlers = "".join(emit(module, e, platform, allow_cuda_graph, control)
                        for e in entries for control in (False, True))
     # The CUDA runtime the module links (nvcc -cudart static), declared as cuda_runtime_api.h
     # does, so the host-compiled handlers need no CUDA headers.
     memset = 'extern "C" int cudaMemsetAsync(void*, int, size_t, cudaStream_t);\n' if platform == "cuda" else ""
     return f"""// Generated by xlakern for module '{module}' ({platform}). Do not edit.
 #include <cstdint>
-#include "xlakern/ffi_glue.h"
-
-namespace ffi = ::xla::ffi;
+{include}
 
 // The user's entry points (defined in their own translation units).
 {decls}
