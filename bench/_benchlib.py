@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -266,6 +267,19 @@ def loaded(key: str, fn: Callable[[], Any]) -> Any:
     if isinstance(r, Exception):
         raise r
     return r
+
+
+def result_worker(script: str, args: list[str], env: dict[str, str], timeout: float) -> tuple[float, float]:
+    """Run `script` in a fresh ``python -c`` process; its (seconds, max abs error), from the line it prints as
+    ``RESULT <seconds> <error>``. A process that fails or prints none raises RuntimeError with its last line."""
+    res = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    if res.returncode != 0 or not lines:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"worker rc={res.returncode}: {tail[0]}")
+    secs, err = lines[0].split()[1:]
+    return float(secs), float(err)
 
 
 def log(msg: str) -> None:

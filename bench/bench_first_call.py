@@ -35,13 +35,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
 
-from _benchlib import BE_ERROR, Table, err_cell, finish, fmt_t, log, machine_info, print_header, run_sections
+from _benchlib import (BE_ERROR, Table, err_cell, finish, fmt_t, log, machine_info, print_header, result_worker,
+                       run_sections)
 
 CASES = ["s @ CSR", "CSR @ s", "grad", "JITC s @ W"]
 ARMS = {"xlakern": ("xlakern", {}), "xlakern, one build": ("xlakern", {"XLAKERN_EVENT_BUILDS": "all"}),
@@ -99,14 +98,7 @@ print("RESULT", t1 - t0, float(np.max(np.abs(got - want))) if got.shape == want.
 
 def run_worker(module: str, platform: str, case: str, env: dict[str, str], timeout: float) -> tuple[float, float]:
     """(seconds, max abs error) of one fresh process's first call."""
-    res = subprocess.run([sys.executable, "-c", WORKER, module, platform, case], env=env, capture_output=True,
-                         text=True, timeout=timeout)
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
-    if res.returncode != 0 or not lines:
-        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"worker rc={res.returncode}: {tail[0]}")
-    secs, err = lines[0].split()[1:]
-    return float(secs), float(err)
+    return result_worker(WORKER, [module, platform, case], env, timeout)
 
 
 def section(platform: str, cases: list[str], arms: list[str], repeats: int, timeout: float) -> list[Table]:
