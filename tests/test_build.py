@@ -211,15 +211,47 @@ def test_objects_built_against_other_xlakern_or_jaxlib_headers_are_not_reused(
     xlakern.load_cpp_dir(d, name=unique_name("upgrade"))
     assert len(compiles_of(log, str(d))) == 1 and len(compiles_of(log, "xlakern_handlers.cc")) == 1
     log.unlink()
-    xlakern.load_cpp_dir(d, name=unique_name("upgrade"))  # same headers: the kernel's object is reused
-    assert compiles_of(log, str(d)) == []
-    log.unlink()  # (the handlers name their module, so they compile again under a new name)
+    xlakern.load_cpp_dir(d, name=unique_name("upgrade"))  # same headers: both objects are reused
+    assert compiles_of(log, str(d)) == [] and compiles_of(log, "xlakern_handlers.cc") == []
+    log.unlink(missing_ok=True)
     before = getattr(_build, upgraded)()
     monkeypatch.setattr(_build, upgraded, lambda: (before, "upgraded"))
     mod = xlakern.load_cpp_dir(d, name=unique_name("upgrade"))
     assert len(compiles_of(log, str(d))) == 1 and len(compiles_of(log, "xlakern_handlers.cc")) == 1
     x = rng.standard_normal(17).astype(np.float32)
     np.testing.assert_allclose(call(mod, "k", x), 3.0 * x, rtol=1e-6)
+
+
+TWIN = r"""
+// @xk scaled arg ret attr.k:float32
+void scaled(const xk::Tensor x, xk::Tensor out, float k) {
+  XK_CHECK(k >= 0) << "k must not be negative, got " << k;
+  for (int64_t i = 0; i < x.numel(); ++i) out.data<float>()[i] = k * x.data<float>()[i];
+}
+"""
+
+
+def test_modules_with_the_same_entry_points_share_one_handler_object_and_keep_their_names(
+        fresh_cache, tmp_path, monkeypatch, rng):
+    # The frame glue names no module: the second module reuses the first one's handlers, and each
+    # library still reports its own name (xk_module_name, compiled at its link).
+    wrapper, log = counting_wrapper(tmp_path, REAL_CXX)
+    monkeypatch.setenv("CXX", str(wrapper))
+    a = xlakern.load_cpp_inline(unique_name("twin_a"), TWIN)
+    b = xlakern.load_cpp_inline(unique_name("twin_b"), TWIN)
+    assert len(compiles_of(log, "xlakern_handlers.cc")) == 1
+    x = rng.standard_normal(33).astype(np.float32)
+    for mod, k in ((a, 1.5), (b, 0.25)):
+        np.testing.assert_allclose(mod.scaled(x, outs=SDS(x.shape, x.dtype), k=k), k * x.astype(np.float64),
+                                   rtol=1e-6)
+    for mod, other in ((a, b), (b, a)):
+        with pytest.raises(Exception, match=rf"xlakern kernel '{mod.name}\.scaled' failed: .*k must not be "
+                                            r"negative, got -2") as info:
+            jax.block_until_ready(mod.scaled(x, outs=SDS(x.shape, x.dtype), k=-2.0))
+        assert other.name not in str(info.value)
+        with pytest.raises(Exception, match=rf"xlakern handler '{mod.name}\.scaled' was called wrongly: "
+                                            r"it takes the attributes \[k\], the call passed \[\]"):
+            jax.block_until_ready(jax.ffi.ffi_call(f"{mod.name}.scaled", SDS(x.shape, x.dtype))(x))
 
 
 def test_load_cpp_dir_rejects_a_bad_directory(tmp_path):

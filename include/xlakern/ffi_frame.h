@@ -37,6 +37,11 @@ typedef struct CUstream_st* cudaStream_t;
 #define XK_FRAME_COLD
 #endif
 
+// The module's name, for the handlers' errors. The handlers' object names no module, so one
+// object serves every module with the same entry points (the object store shares it); each
+// library defines this array in a one-line unit compiled at its link.
+extern "C" __attribute__((visibility("hidden"))) const char xk_module_name[];
+
 namespace xk {
 namespace frame {
 
@@ -96,7 +101,7 @@ inline void destroy_error(const XLA_FFI_Api* api, XLA_FFI_Error* error) {
 // passes attributes (sorted by name); the generated code asks for each
 // attribute by its position in that order, and the name is checked there.
 struct Signature {
-  const char* target;  // "<module>.<fn>" (".xk" for the control handler)
+  const char* function;  // the entry point's name; the target is "<module>.<function>"
   int64_t n_args;
   int64_t n_rets;
   const char* const* attr_names;
@@ -124,9 +129,14 @@ inline XLA_FFI_Error* answer_metadata(const XLA_FFI_Api* api, XLA_FFI_Metadata_E
   return nullptr;
 }
 
-XK_FRAME_COLD inline XLA_FFI_Error* called_wrongly(const XLA_FFI_Api* api, const char* target, const char* why) {
+// "<module>.<function>", as the user registered it.
+XK_FRAME_COLD inline std::string target_of(const Signature& sig) {
+  return std::string(xk_module_name) + "." + sig.function;
+}
+
+XK_FRAME_COLD inline XLA_FFI_Error* called_wrongly(const XLA_FFI_Api* api, const Signature& sig, const char* why) {
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                    detail::utf8_safe(std::string("xlakern handler '") + target + "' was called wrongly: " + why));
+                    detail::utf8_safe("xlakern handler '" + target_of(sig) + "' was called wrongly: " + why));
 }
 
 // Whether the frame fits the signature: the execute stage, the buffer counts and kinds, and the
@@ -171,21 +181,21 @@ XK_FRAME_COLD inline XLA_FFI_Error* frame_mismatch(const XLA_FFI_CallFrame* f, c
       got += (i ? ", " : "") + std::string(f->attrs.names[i]->ptr, f->attrs.names[i]->len);
     why = "it takes the attributes [" + want + "], the call passed [" + got + "]";
   }
-  return called_wrongly(f->api, sig.target, why.c_str());
+  return called_wrongly(f->api, sig, why.c_str());
 }
 
 XK_FRAME_COLD inline XLA_FFI_Error* wrong_frame_size(const XLA_FFI_CallFrame* f, const Signature& sig) {
   return make_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                    std::string("xlakern handler '") + sig.target + "': XLA's call frame is " +
+                    "xlakern handler '" + target_of(sig) + "': XLA's call frame is " +
                         std::to_string(f->struct_size) + " bytes, the module was built for " +
                         std::to_string(XLA_FFI_CallFrame_STRUCT_SIZE) + "; rebuild it against the installed jaxlib");
 }
 
 // A C++ exception from the entry point (or from decoding), as the FFI error XLA reports.
-XK_FRAME_COLD inline XLA_FFI_Error* kernel_failed(const XLA_FFI_Api* api, const char* target, const char* what) {
+XK_FRAME_COLD inline XLA_FFI_Error* kernel_failed(const XLA_FFI_Api* api, const Signature& sig, const char* what) {
   return make_error(api, XLA_FFI_Error_Code_INTERNAL,
-                    what ? detail::utf8_safe(std::string("xlakern kernel '") + target + "' failed: " + what)
-                         : std::string("xlakern kernel '") + target +
+                    what ? detail::utf8_safe("xlakern kernel '" + target_of(sig) + "' failed: " + what)
+                         : "xlakern kernel '" + target_of(sig) +
                                "' failed: a C++ exception of unknown type was thrown");
 }
 
@@ -473,11 +483,11 @@ XLA_FFI_Error* handle(XLA_FFI_CallFrame* f, const Signature& sig, Body&& body) {
     }
     return nullptr;
   } catch (const CallMismatch& e) {
-    return called_wrongly(api, sig.target, e.what());
+    return called_wrongly(api, sig, e.what());
   } catch (const std::exception& e) {
-    return kernel_failed(api, sig.target, e.what());
+    return kernel_failed(api, sig, e.what());
   } catch (...) {
-    return kernel_failed(api, sig.target, nullptr);
+    return kernel_failed(api, sig, nullptr);
   }
 }
 

@@ -9,9 +9,11 @@ Two levels of content addressing:
   load whose headers changed rebuilds, and the module's full key covers them too. Checking
   them on a hit only stats files (digests are remembered by (path, mtime, size)).
 * Each **object** is kept in ``<root>/.objects/`` under a key over its compile command, source
-  bytes and compiler versions, with a manifest of the headers it read. Editing one file of a
-  module therefore recompiles one object; the others, and the generated handlers, are reused
-  across module keys.
+  bytes, compiler versions and the digests of xlakern's and jaxlib's headers, with a manifest of
+  the headers it read. Editing one file of a module therefore recompiles one object; the others,
+  and the generated handlers, are reused across module keys. Handlers on the frame glue name no
+  module, so modules with the same entry points share one handler object; each library gets its
+  name from a one-line unit the link compiles (``_codegen.module_name_unit``).
 
 Compilers run with stdin closed, at most ``$XLAKERN_MAX_JOBS`` (or ``$MAX_JOBS``) at a time,
 each in its own process group so a timeout (``$XLAKERN_BUILD_TIMEOUT``) or Ctrl-C kills it
@@ -519,17 +521,20 @@ class Builder:
         cmd += [*o.extra_cuda_cflags, "-MMD", "-MF", str(dep), "-x", "cu", "-c", str(src), "-o", str(obj)]
         return cmd
 
-    def _link(self, objs: list[Path], out: Path) -> list[str]:
+    def _link(self, objs: list[Path], out: Path, name_unit: Path | None = None) -> list[str]:
         o = self.options
         # Share the process's C++ runtime rather than risk a static copy (see process_libstdcxx).
         libstdcxx = _toolchain.process_libstdcxx()
         if o.platform == "cpu":
+            # the frame glue's module-name unit is one array: compiled by the link itself, no step of its own
+            unit = ["-fPIC", str(name_unit)] if name_unit else []
             return [*self.host.command, "-shared", "-Wl,-Bsymbolic", "-Wl,--no-undefined",
-                    *map(str, objs), *([libstdcxx] if libstdcxx else []), "-o", str(out), *o.extra_ldflags]
+                    *map(str, objs), *unit, *([libstdcxx] if libstdcxx else []), "-o", str(out), *o.extra_ldflags]
+        unit = ["-Xcompiler", "-fPIC", str(name_unit)] if name_unit else []
         return [self.cuda.path, "-shared", "-ccbin", self.host.path, "-cudart", "static",
                 "-Xlinker", "-Bsymbolic", "-Xlinker", "--no-undefined",
                 f"-gencode=arch=compute_{o.arch},code=[sm_{o.arch},compute_{o.arch}]",
-                *map(str, objs), *(["-Xlinker", libstdcxx] if libstdcxx else []),
+                *map(str, objs), *unit, *(["-Xlinker", libstdcxx] if libstdcxx else []),
                 "-o", str(out), *o.extra_ldflags]
 
     def _manifest_key(self, step: _Step, work: Path, source_bytes: bytes) -> str:
@@ -548,14 +553,17 @@ class Builder:
         ext = ".cu" if self.options.platform == "cuda" else ".cc"
         for i, s in enumerate(self.sources):
             obj, dep = work / f"src_{i}.o", work / f"src_{i}.d"
+            compiled = s.data
             if s.path is not None:
                 src = s.path
             else:
                 src = work / f"inline_{i}{ext}"
-                # The #line directive makes diagnostics name the user's source and its lines.
-                src.write_bytes(b'#line 1 "' + s.label.encode() + b'"\n' + s.data + b"\n")
+                # The #line directive makes diagnostics (and __FILE__, which XK_CHECK reports) name the
+                # user's source; the object is keyed by these bytes, so it is not reused under another name.
+                compiled = b'#line 1 "' + s.label.encode() + b'"\n' + s.data + b"\n"
+                src.write_bytes(compiled)
             step = _Step(f"compile {s.label}", self._user_compile(src, obj, dep), s.label, obj, dep)
-            step.manifest_key = self._manifest_key(step, work, s.data)
+            step.manifest_key = self._manifest_key(step, work, compiled)
             steps.append(step)
         glue_text = _codegen.generate_glue(self.name, self.entries, self.options.platform,
                                            allow_cuda_graph=self.options.allow_cuda_graph).encode()
@@ -622,7 +630,11 @@ class Builder:
         for st in steps:
             self.headers.update(st.headers)
         lib = work / f"lib{self.name}.so"
-        link = _Step("link", self._link([st.result for st in steps], lib), "link", lib)
+        name_unit = None
+        if self.options.platform in _codegen.FRAME_GLUE_PLATFORMS:
+            name_unit = work / "xlakern_module.cc"
+            name_unit.write_text(_codegen.module_name_unit(self.name))
+        link = _Step("link", self._link([st.result for st in steps], lib, name_unit), "link", lib)
         ((_, rc, out),) = runner.run_all([link])
         self.commands.append(shlex.join(link.command))
         if rc != 0:
