@@ -122,6 +122,29 @@ def test_jitc_builds_serve_their_spikes_and_refuse_others(on_cpu, rng):
                                             transpose=False, binary=False))
 
 
+def test_synapse_kernels_build_per_combination(on_cpu, rng):
+    """The per-synapse CSR kernels (the weight gradient, dt2t at the row, each slot's row) are built per
+    combination too. The gradient of a float32/int32 product builds and uses the float32/int32 module, which
+    also gives int64 rows for an int32 indptr (the rows' dtype is the caller's), and refuses int64 indices."""
+    rows, cols, k = 260, 190, 6
+    w, idx, indptr = random_csr(rng, rows, cols, k)
+    s = rng.random(rows) < 0.3
+    csr = xlakern.CSR((jnp.asarray(w, jnp.float32), jnp.asarray(idx), jnp.asarray(indptr)), shape=(rows, cols))
+    g = jax.jit(jax.grad(lambda data, s: (xlakern.BinaryArray(s) @ csr.with_data(data)).sum()))
+    got = np.asarray(g(jnp.asarray(w, jnp.float32), jnp.asarray(s)), np.float64)
+    np.testing.assert_array_equal(got, np.repeat(s.astype(np.float64), k))  # d/dw_p of sum(s @ W): s of p's row
+    mod = K.synapse_cpu_module("float32", "int32")
+    assert mod.name == "xlakern_csr_synapse_cpu_float32_int32_b1"
+    assert mod.name in os.listdir(xlakern.get_cache_dir())
+    with x64():
+        got_rows = mod.csr_slot_rows(jnp.asarray(indptr), outs=jax.ShapeDtypeStruct((rows * k,), jnp.int64))
+        assert got_rows.dtype == jnp.int64
+        np.testing.assert_array_equal(np.asarray(got_rows), np.repeat(np.arange(rows), k))
+        with pytest.raises(xlakern.KernelError, match="leaves out indices int64"):
+            jax.block_until_ready(mod.csr_slot_rows(jnp.asarray(indptr, jnp.int64),
+                                                    outs=jax.ShapeDtypeStruct((rows * k,), jnp.int64)))
+
+
 def test_one_build_of_every_dtype_on_request(on_cpu, rng, monkeypatch):
     """XLAKERN_EVENT_BUILDS=all: the loader gives the one build of every combination, which serves float16
     and float64 weights, int64 indices and int8 spikes alike (checked against NumPy in float64)."""

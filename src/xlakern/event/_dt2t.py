@@ -89,7 +89,8 @@ def _csr_dt2t_primitive(name: str) -> XLACustomKernel:
         def gen(outs, shape, transpose):
             if transpose:
                 return generator(outs, shape, transpose)
-            return lambda y, w, indices, indptr: module_fn().csr_dt2t_rows(y, w, indptr, outs=outs[0])
+            return lambda y, w, indices, indptr: module_fn(w.dtype, indptr.dtype).csr_dt2t_rows(y, w, indptr,
+                                                                                                 outs=outs[0])
         return gen
 
     op.def_cpp_kernel(compiled(synapse_cpu_module))

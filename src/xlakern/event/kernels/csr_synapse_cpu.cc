@@ -107,7 +107,7 @@ void csr_slot_rows(const xk::Tensor indptr, xk::Tensor out) {
   const SynapseGeometry g = checked_slot_rows(indptr, out);
   const int64_t nrows = g.nrows, nse = g.nse;
   dispatch_index(indptr.dtype(), [&](auto it) {
-    dispatch_index(out.dtype(), [&](auto ot) {
+    dispatch_row_numbers(out.dtype(), [&](auto ot) {
       using I = typename decltype(it)::type;
       using O = typename decltype(ot)::type;
       const I* ptr = indptr.data_ptr<I>();

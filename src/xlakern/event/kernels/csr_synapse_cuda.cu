@@ -260,7 +260,7 @@ void csr_slot_rows(const xk::Tensor indptr, xk::Tensor out, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   const SynapseGeometry g = checked_slot_rows(indptr, out);
   dispatch_index(indptr.dtype(), [&](auto it) {
-    dispatch_index(out.dtype(), [&](auto ot) {
+    dispatch_row_numbers(out.dtype(), [&](auto ot) {
       using I = typename decltype(it)::type;
       using O = typename decltype(ot)::type;
       if (g.nse > 0)

@@ -410,6 +410,15 @@ void dispatch_index(DType dt, F&& f) {
   else XK_CHECK(false) << "indices must be int32 or int64, got " << xk::dtype_name(dt);
 }
 
+// The int32/int64 type of an output of row or slot numbers, which every build has: it is the
+// caller's choice, not an operand's dtype (csr_slot_rows gives int64 rows for int32 indptrs).
+template <typename F>
+void dispatch_row_numbers(DType dt, F&& f) {
+  if (dt == DType::Int32) f(Tag<int32_t>{});
+  else if (dt == DType::Int64) f(Tag<int64_t>{});
+  else XK_CHECK(false) << "row numbers must be int32 or int64, got " << xk::dtype_name(dt);
+}
+
 // Calls f(Tag<S>, rule) with the spikes' storage type and the rule for their dtype.
 template <typename F>
 void dispatch_spikes(const xk::Tensor& spikes, bool binary, DType acc, F&& f) {
