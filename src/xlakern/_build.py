@@ -631,7 +631,7 @@ class Builder:
             self.headers.update(st.headers)
         lib = work / f"lib{self.name}.so"
         name_unit = None
-        if self.options.platform in _codegen.FRAME_GLUE_PLATFORMS:
+        if _codegen.uses_frame_glue(self.options.platform):
             name_unit = work / "xlakern_module.cc"
             name_unit.write_text(_codegen.module_name_unit(self.name))
         link = _Step("link", self._link([st.result for st in steps], lib, name_unit), "link", lib)

@@ -31,6 +31,23 @@ CONTROL_ATTR = "xlakern_ctl"
 FRAME_GLUE_PLATFORMS = frozenset({"cpu"})
 
 
+def uses_frame_glue(platform: str) -> bool:
+    """Whether a module of ``platform`` gets the frame glue (and so a module-name unit at its link)."""
+    return platform in FRAME_GLUE_PLATFORMS
+
+
+# What a control handler clears zeroed outputs with on the GPU: cudaMemsetAsync on XLA's stream.
+_CUDA_CLEAR = ("[&](void* p, size_t bytes) {\n"
+               "      const int rc = cudaMemsetAsync(p, 0, bytes, xk_stream);\n"
+               "      if (rc != 0) throw ::xk::Error(\"zeroed_outputs: cudaMemsetAsync failed with CUDA error \" + "
+               "std::to_string(rc));\n    }")
+
+
+def _stream_arg(p) -> str:
+    """The argument a ``stream`` parameter gets: XLA's stream, as cudaStream_t or as int64_t."""
+    return "xk_stream" if "cudaStream_t" in p.cpp_type else "reinterpret_cast<int64_t>(xk_stream)"
+
+
 def handler_symbol(entry_name: str) -> str:
     return f"xk_ffi_{entry_name}"
 
@@ -87,7 +104,7 @@ def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bo
             call_args.append(f"attr_{p.attr_name}")
             continue
         else:  # stream
-            call_args.append("xk_stream" if "cudaStream_t" in p.cpp_type else "reinterpret_cast<int64_t>(xk_stream)")
+            call_args.append(_stream_arg(p))
             continue
         call_args.append(f"xk_loop.tensor({len(buffers) - 1}, xk_b)" if control else view)
     target = f"{module}.{entry.name}"
@@ -95,13 +112,8 @@ def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bo
     if control:
         binding.append(f'.Attr<ffi::Span<const int64_t>>("{CONTROL_ATTR}")')
         impl_params.append("ffi::Span<const int64_t> xk_ctl")
-        if platform == "cuda":
-            clear = ("xk_loop.zero_outputs({n}, [&](void* p, size_t bytes) {{\n"
-                     "      const int rc = cudaMemsetAsync(p, 0, bytes, xk_stream);\n"
-                     "      if (rc != 0) throw ::xk::Error(\"zeroed_outputs: cudaMemsetAsync failed with CUDA error \" + "
-                     "std::to_string(rc));\n    }});").format(n=n_arg)
-        else:
-            clear = f"xk_loop.zero_outputs({n_arg}, ::xk::detail::parallel_zero);"
+        setter = _CUDA_CLEAR if platform == "cuda" else "::xk::detail::parallel_zero"
+        clear = f"xk_loop.zero_outputs({n_arg}, {setter});"
         body = (f"const std::array<const ffi::AnyBuffer*, {len(buffers)}> xk_bufs = {{{{{', '.join(buffers)}}}}};\n"
                 f"    const ::xk::detail::ElementLoop<{len(buffers)}> xk_loop(xk_ctl, xk_bufs, {n_arg});\n"
                 f"    {clear}\n"
@@ -128,7 +140,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL({symbol}, {impl},
 """
 
 
-def _frame_handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bool, control: bool) -> str:
+def _frame_handler(entry: EntryPoint, platform: str, allow_cuda_graph: bool, control: bool) -> str:
     """One handler of ``entry`` on the frame glue; see :func:`_handler` for the two kinds."""
     cpu = platform != "cuda"
     attrs = [p.attr_name for p in entry.params if p.kind == "attr"]
@@ -154,18 +166,12 @@ def _frame_handler(module: str, entry: EntryPoint, platform: str, allow_cuda_gra
         elif p.kind == "attr":
             call_args.append(f"attr_{p.attr_name}")
         else:  # stream
-            call_args.append("xk_stream" if "cudaStream_t" in p.cpp_type else "reinterpret_cast<int64_t>(xk_stream)")
+            call_args.append(_stream_arg(p))
     call = f"{entry.qualified_name}({', '.join(call_args)});"
     if control:
         lines.append(f"const ::xk::frame::ElementLoop<{n_arg + n_ret}> xk_loop(xk_f, {n_arg}, "
                      f"{names.index(CONTROL_ATTR)});")
-        if cpu:
-            lines.append("xk_loop.zero_outputs(::xk::detail::parallel_zero);")
-        else:
-            lines.append("xk_loop.zero_outputs([&](void* p, size_t bytes) {\n"
-                         "      const int rc = cudaMemsetAsync(p, 0, bytes, xk_stream);\n"
-                         "      if (rc != 0) throw ::xk::Error(\"zeroed_outputs: cudaMemsetAsync failed with CUDA error \" + "
-                         "std::to_string(rc));\n    });")
+        lines.append(f"xk_loop.zero_outputs({'::xk::detail::parallel_zero' if cpu else _CUDA_CLEAR});")
         lines.append(f"for (int64_t xk_b = 0; xk_b < xk_loop.count(); ++xk_b) {call}")
         symbol = control_handler_symbol(entry.name)
     else:
@@ -206,11 +212,11 @@ def _declaration(entry: EntryPoint) -> str:
 def generate_glue(module: str, entries: Sequence[EntryPoint], platform: str, *, allow_cuda_graph: bool) -> str:
     """The C++ source of the handler translation unit of one module."""
     decls = "\n".join(_declaration(e) for e in entries)
-    frame = platform in FRAME_GLUE_PLATFORMS
-    emit = _frame_handler if frame else _handler
+    frame = uses_frame_glue(platform)
     include = ('#include "xlakern/ffi_frame.h"' if frame
                else '#include "xlakern/ffi_glue.h"\n\nnamespace ffi = ::xla::ffi;')
-    handlers = "".join(emit(module, e, platform, allow_cuda_graph, control)
+    handlers = "".join(_frame_handler(e, platform, allow_cuda_graph, control) if frame
+                       else _handler(module, e, platform, allow_cuda_graph, control)
                        for e in entries for control in (False, True))
     # The CUDA runtime the module links (nvcc -cudart static), declared as cuda_runtime_api.h
     # does, so the host-compiled handlers need no CUDA headers.
