@@ -274,9 +274,6 @@ class Frame {
     return static_cast<cudaStream_t>(args.stream);
   }
 
-  const XLA_FFI_Api* api() const { return f_->api; }
-  XLA_FFI_ExecutionContext* ctx() const { return f_->ctx; }
-
  private:
   XK_FRAME_COLD [[noreturn]] void bad_attr(int64_t slot, XLA_FFI_DataType want, bool array = false) const {
     const XLA_FFI_AttrType got = f_->attrs.types[slot];
