@@ -118,15 +118,3 @@ def test_bench_first_call_runs(tmp_path):
     (table,) = json.loads(js.read_text())["tables"]
     cell = table["data"][0]["xlakern"]
     assert cell["cold_s"] > 0 and len(cell["warm_s"]) == 1 and cell["max_abs_err"] <= 1e-3, cell
-
-
-def test_bench_glue_runs(tmp_path):
-    """Both glues: one cold module a glue in fresh processes, and the per-step loops, each checked against NumPy."""
-    js = tmp_path / "glue.json"
-    text = _run(["bench/bench_glue.py", "--cases", "one function", "--repeats", "1", "--steps", "10", "--runs", "3",
-                 "--json", str(js)], tmp_path)
-    assert "WRONG" not in text and "error" not in text, text
-    cold, step = json.loads(js.read_text())["tables"]
-    (row,) = cold["data"]
-    assert len(row["typed_s"]) == len(row["frame_s"]) == 1 and row["max_abs_err"] <= 1e-3, row
-    assert len(step["data"]) == 6 and all(r["rel_err"] < 1e-3 and len(r["frame_s"]) == 3 for r in step["data"])

@@ -713,9 +713,8 @@ def test_unusable_cache_dir_is_a_compilation_error_naming_it(tmp_path):
         xlakern.set_cache_dir(None)
 
 
-# The frame glue (ffi_frame.h) on CUDA modules, which still get the typed glue by default
-# (_codegen.FRAME_GLUE_PLATFORMS): built here on any machine with nvcc, run on a GPU, so the
-# switch has its test in place. One kernel takes an attribute, the stream as cudaStream_t and
+# The generated handlers of CUDA modules (ffi_frame.h, as for C++ modules): built here on any
+# machine with nvcc, run on a GPU. One kernel takes an attribute, the stream as cudaStream_t and
 # as int64_t, and accumulates into an output that only zeroed_outputs clears.
 CUDA_FRAME_SRC = r"""
 __global__ void binned_kernel(const float* x, const int32_t* bin, float* hist, float w, int n) {
@@ -739,9 +738,7 @@ void twice(const xk::Tensor x, xk::Tensor o, int64_t stream) {
 """
 
 
-def _cuda_frame_module(monkeypatch, name: str):
-    from xlakern import _codegen
-    monkeypatch.setattr(_codegen, "FRAME_GLUE_PLATFORMS", frozenset({"cpu", "cuda"}))
+def _cuda_frame_module(name: str):
     mod = xlakern.load_cuda_inline(unique_name(name), CUDA_FRAME_SRC, **ARCH)
     glue = (mod.path.parent / "xlakern_handlers.cc").read_text()
     assert '#include "xlakern/ffi_frame.h"' in glue and "ffi::Bind" not in glue
@@ -750,14 +747,14 @@ def _cuda_frame_module(monkeypatch, name: str):
 
 
 @needs_nvcc
-def test_cuda_modules_build_on_the_frame_glue(fresh_cache, monkeypatch):
-    mod = _cuda_frame_module(monkeypatch, "cuframe_build")
+def test_cuda_modules_build_on_the_frame_glue(fresh_cache):
+    mod = _cuda_frame_module("cuframe_build")
     assert mod.functions == {"binned": "arg arg ret attr.w:float32 stream", "twice": "arg ret stream"}
 
 
 @pytest.mark.gpu
-def test_cuda_modules_run_on_the_frame_glue(fresh_cache, monkeypatch, rng):
-    mod = _cuda_frame_module(monkeypatch, "cuframe_run")
+def test_cuda_modules_run_on_the_frame_glue(fresh_cache, rng):
+    mod = _cuda_frame_module("cuframe_run")
     gpu = jax.devices("gpu")[0]
     n, bins = 5000, 37
     x = rng.standard_normal((3, n)).astype(np.float32)

@@ -37,15 +37,14 @@ def test_python_lists_come_from_the_table():
 
 def _cpp_view_of_the_headers(tmp_path: Path) -> str:
     """What the public headers say about each table entry, from a program compiled against them."""
-    lines = ["#include <cstdio>", '#include "xlakern/ffi_glue.h"', '#include "xlakern/ffi_frame.h"', "int main() {",
+    lines = ["#include <cstdio>", '#include "xlakern/ffi_frame.h"', "int main() {",
              '  std::printf("count %d max_dims %d\\n", xk::kNumDTypes, XK_MAX_DIMS);',
              "  for (int i = 0; i < xk::kNumDTypes; ++i) {",
              "    auto dt = static_cast<xk::DType>(i);",
              '    std::printf("enum %d %s %d\\n", i, xk::dtype_name(dt), static_cast<int>(xk::dtype_size(dt)));',
              "  }"]
     for d in _dtypes.DTYPES:
-        lines.append(f'  std::printf("entry {d.name} %d %d %d\\n", static_cast<int>(xk::DType::{d.cpp_enum}), '
-                     f"static_cast<int>(xk::detail::dtype_from_ffi(xla::ffi::DataType::{d.xla_type})), "
+        lines.append(f'  std::printf("entry {d.name} %d %d\\n", static_cast<int>(xk::DType::{d.cpp_enum}), '
                      f"static_cast<int>(xk::frame::dtype_from_xla(XLA_FFI_DataType_{d.xla_type})));")
     # The XLA scalar type the frame glue expects for an attribute of each C++ type, beside the type of
     # the entry that C++ type belongs to (float16/bfloat16 attributes travel as their uint16 bits).
@@ -71,11 +70,10 @@ def test_public_headers_match_the_table(tmp_path):
     # xk::DType: enumerator i is entry i, with its name and size (dtype.h).
     enums = re.findall(r"enum (\d+) (\S+) (\d+)", out)
     assert [(name, int(size)) for _, name, size in enums] == [(d.name, d.itemsize) for d in _dtypes.DTYPES]
-    # Each entry's xk::DType enumerator, and the XLA type that ffi_glue.h (typed API) and ffi_frame.h
-    # (C API) map to it.
+    # Each entry's xk::DType enumerator, and the XLA type that ffi_frame.h maps to it.
     for i, d in enumerate(_dtypes.DTYPES):
-        found = re.search(rf"entry {d.name} (-?\d+) (-?\d+) (-?\d+)", out).groups()
-        assert tuple(map(int, found)) == (i, i, i), d
+        found = re.search(rf"entry {d.name} (-?\d+) (-?\d+)", out).groups()
+        assert tuple(map(int, found)) == (i, i), d
     attrs = re.findall(r"attr (\w+) (-?\d+) (-?\d+)", out)
     assert sorted(name for name, _, _ in attrs) == sorted(
         d.name for d in _dtypes.DTYPES if d.attr_cpp_type and d.name not in ("float16", "bfloat16"))

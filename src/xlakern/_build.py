@@ -11,7 +11,7 @@ Two levels of content addressing:
 * Each **object** is kept in ``<root>/.objects/`` under a key over its compile command, source
   bytes, compiler versions and the digests of xlakern's and jaxlib's headers, with a manifest of
   the headers it read. Editing one file of a module therefore recompiles one object; the others,
-  and the generated handlers, are reused across module keys. Handlers on the frame glue name no
+  and the generated handlers, are reused across module keys. The generated handlers name no
   module, so modules with the same entry points share one handler object; each library gets its
   name from a one-line unit the link compiles (``_codegen.module_name_unit``).
 
@@ -521,16 +521,16 @@ class Builder:
         cmd += [*o.extra_cuda_cflags, "-MMD", "-MF", str(dep), "-x", "cu", "-c", str(src), "-o", str(obj)]
         return cmd
 
-    def _link(self, objs: list[Path], out: Path, name_unit: Path | None = None) -> list[str]:
+    def _link(self, objs: list[Path], out: Path, name_unit: Path) -> list[str]:
         o = self.options
         # Share the process's C++ runtime rather than risk a static copy (see process_libstdcxx).
         libstdcxx = _toolchain.process_libstdcxx()
         if o.platform == "cpu":
-            # the frame glue's module-name unit is one array: compiled by the link itself, no step of its own
-            unit = ["-fPIC", str(name_unit)] if name_unit else []
+            # the module-name unit is one array: compiled by the link itself, no step of its own
             return [*self.host.command, "-shared", "-Wl,-Bsymbolic", "-Wl,--no-undefined",
-                    *map(str, objs), *unit, *([libstdcxx] if libstdcxx else []), "-o", str(out), *o.extra_ldflags]
-        unit = ["-Xcompiler", "-fPIC", str(name_unit)] if name_unit else []
+                    *map(str, objs), "-fPIC", str(name_unit), *([libstdcxx] if libstdcxx else []), "-o", str(out),
+                    *o.extra_ldflags]
+        unit = ["-Xcompiler", "-fPIC", str(name_unit)]
         return [self.cuda.path, "-shared", "-ccbin", self.host.path, "-cudart", "static",
                 "-Xlinker", "-Bsymbolic", "-Xlinker", "--no-undefined",
                 f"-gencode=arch=compute_{o.arch},code=[sm_{o.arch},compute_{o.arch}]",
@@ -565,7 +565,7 @@ class Builder:
             step = _Step(f"compile {s.label}", self._user_compile(src, obj, dep), s.label, obj, dep)
             step.manifest_key = self._manifest_key(step, work, compiled)
             steps.append(step)
-        glue_text = _codegen.generate_glue(self.name, self.entries, self.options.platform,
+        glue_text = _codegen.generate_glue(self.entries, self.options.platform,
                                            allow_cuda_graph=self.options.allow_cuda_graph).encode()
         glue, glue_obj, glue_dep = work / "xlakern_handlers.cc", work / "xlakern_handlers.o", work / "xlakern_handlers.d"
         glue.write_bytes(glue_text)
@@ -630,10 +630,8 @@ class Builder:
         for st in steps:
             self.headers.update(st.headers)
         lib = work / f"lib{self.name}.so"
-        name_unit = None
-        if _codegen.uses_frame_glue(self.options.platform):
-            name_unit = work / "xlakern_module.cc"
-            name_unit.write_text(_codegen.module_name_unit(self.name))
+        name_unit = work / "xlakern_module.cc"
+        name_unit.write_text(_codegen.module_name_unit(self.name))
         link = _Step("link", self._link([st.result for st in steps], lib, name_unit), "link", lib)
         ((_, rc, out),) = runner.run_all([link])
         self.commands.append(shlex.join(link.command))

@@ -6,12 +6,10 @@ with spec ``arg ret attr.factor:float32 stream`` this emits ``xk_ffi_scale``, an
 signature (one input, one output, the attribute ``factor`` as a float32 scalar),
 builds xk::Tensor views, calls ``scale`` and turns C++ exceptions into FFI errors.
 
-Two emitters exist while the CUDA one is moved over:
-
-* the frame glue (``xlakern/ffi_frame.h``, XLA's C API alone), for the platforms in
-  :data:`FRAME_GLUE_PLATFORMS`. Its handler compiles in a fraction of a second;
-* the typed glue (``xlakern/ffi_glue.h``, XLA's templated ``Ffi::Bind()`` API), for the
-  others. Its handlers cost a compiler about 3 s a module at -O3.
+The handlers read XLA's call frame through the FFI C API alone (``xlakern/ffi_frame.h``, the
+"frame glue"), for C++ and CUDA modules alike. A module's handlers compile in about 1 s, where
+handlers bound with XLA's templated ``Ffi::Bind()`` API cost a compiler about 3.4 s at -O3
+(bench/RESULTS.md, session 70).
 """
 
 from __future__ import annotations
@@ -24,17 +22,6 @@ GLUE_ABI_VERSION = 2  # 2: a second handler per entry point, with the xlakern_ct
 
 # The attribute of the control handlers: [zero mask, unbatched rank of each buffer].
 CONTROL_ATTR = "xlakern_ctl"
-
-# Platforms whose modules get the frame glue. CUDA keeps the typed glue until a GPU run of the
-# whole suite has passed on the frame glue: its handler is host-compiled beside nvcc, so a cold
-# CUDA build does not wait on it the way a cold C++ build does.
-FRAME_GLUE_PLATFORMS = frozenset({"cpu"})
-
-
-def uses_frame_glue(platform: str) -> bool:
-    """Whether a module of ``platform`` gets the frame glue (and so a module-name unit at its link)."""
-    return platform in FRAME_GLUE_PLATFORMS
-
 
 # What a control handler clears zeroed outputs with on the GPU: cudaMemsetAsync on XLA's stream.
 _CUDA_CLEAR = ("[&](void* p, size_t bytes) {\n"
@@ -53,7 +40,7 @@ def handler_symbol(entry_name: str) -> str:
 
 
 def control_handler_symbol(entry_name: str) -> str:
-    """The handler ``mod.fn(...)`` calls: zeroed outputs and per-element vmap (see ffi_glue.h)."""
+    """The handler ``mod.fn(...)`` calls: zeroed outputs and per-element vmap (see ffi_frame.h)."""
     return f"xk_ctl_{entry_name}"
 
 
@@ -70,78 +57,9 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _handler(module: str, entry: EntryPoint, platform: str, allow_cuda_graph: bool, control: bool) -> str:
+def _handler(entry: EntryPoint, platform: str, allow_cuda_graph: bool, control: bool) -> str:
     """One handler of ``entry``: the plain one (the target's exact attribute interface, for raw
     ``jax.ffi.ffi_call``), or with ``control`` the one ``mod.fn(...)`` calls."""
-    impl_params: list[str] = []
-    call_args: list[str] = []
-    binding: list[str] = []
-    if platform == "cuda":
-        binding.append(".Ctx<ffi::PlatformStream<cudaStream_t>>()")
-        impl_params.append("cudaStream_t xk_stream")
-    else:
-        binding.append(".Ctx<ffi::ThreadPool>()")
-        impl_params.append("ffi::ThreadPool xk_pool")
-    buffers: list[str] = []
-    n_arg = n_ret = 0
-    for p in entry.params:
-        if p.kind == "arg":
-            binding.append(".Arg<ffi::AnyBuffer>()")
-            impl_params.append(f"ffi::AnyBuffer a{n_arg}")
-            view = f'::xk::detail::to_tensor(a{n_arg}, "input", {n_arg})'
-            buffers.append(f"&a{n_arg}")
-            n_arg += 1
-        elif p.kind == "ret":
-            binding.append(".Ret<ffi::AnyBuffer>()")
-            impl_params.append(f"ffi::Result<ffi::AnyBuffer> r{n_ret}")
-            view = f'::xk::detail::to_tensor(*r{n_ret}, "output", {n_ret})'
-            buffers.append(f"&*r{n_ret}")
-            n_ret += 1
-        elif p.kind == "attr":
-            cpp = ATTR_TYPES[p.attr_type]
-            binding.append(f'.Attr<{cpp}>({_c_string(p.attr_name)})')
-            impl_params.append(f"{cpp} attr_{p.attr_name}")
-            call_args.append(f"attr_{p.attr_name}")
-            continue
-        else:  # stream
-            call_args.append(_stream_arg(p))
-            continue
-        call_args.append(f"xk_loop.tensor({len(buffers) - 1}, xk_b)" if control else view)
-    target = f"{module}.{entry.name}"
-    call = f"{entry.qualified_name}({', '.join(call_args)});"
-    if control:
-        binding.append(f'.Attr<ffi::Span<const int64_t>>("{CONTROL_ATTR}")')
-        impl_params.append("ffi::Span<const int64_t> xk_ctl")
-        setter = _CUDA_CLEAR if platform == "cuda" else "::xk::detail::parallel_zero"
-        clear = f"xk_loop.zero_outputs({n_arg}, {setter});"
-        body = (f"const std::array<const ffi::AnyBuffer*, {len(buffers)}> xk_bufs = {{{{{', '.join(buffers)}}}}};\n"
-                f"    const ::xk::detail::ElementLoop<{len(buffers)}> xk_loop(xk_ctl, xk_bufs, {n_arg});\n"
-                f"    {clear}\n"
-                f"    for (int64_t xk_b = 0; xk_b < xk_loop.count(); ++xk_b) {call}")
-        symbol, impl = control_handler_symbol(entry.name), f"xk_ctl_impl_{entry.name}"
-    else:
-        body = call
-        symbol, impl = handler_symbol(entry.name), f"xk_impl_{entry.name}"
-    if platform != "cuda":
-        body = ("::xk::detail::FfiThreadPool pool(xk_pool);\n"
-                "    ::xk::detail::ThreadPoolScope scope(pool.ref());\n"
-                f"    {body}")
-    traits = ", {ffi::Traits::kCmdBufferCompatible}" if (platform == "cuda" and allow_cuda_graph) else ""
-    sep = "\n        "
-    return f"""
-// {control_target(target) if control else target}: {entry.spec}   ({entry.source}, line {entry.line})
-static ffi::Error {impl}({', '.join(impl_params)}) {{
-  return ::xk::detail::guarded_call({_c_string(target)}, [&] {{
-    {body}
-  }});
-}}
-XLA_FFI_DEFINE_HANDLER_SYMBOL({symbol}, {impl},
-    ffi::Ffi::Bind(){sep}{sep.join(binding)}{traits});
-"""
-
-
-def _frame_handler(entry: EntryPoint, platform: str, allow_cuda_graph: bool, control: bool) -> str:
-    """One handler of ``entry`` on the frame glue; see :func:`_handler` for the two kinds."""
     cpu = platform != "cuda"
     attrs = [p.attr_name for p in entry.params if p.kind == "attr"]
     names = sorted(attrs + ([CONTROL_ATTR] if control else []))  # XLA passes attributes sorted by name
@@ -196,8 +114,8 @@ def _frame_handler(entry: EntryPoint, platform: str, allow_cuda_graph: bool, con
 
 
 def module_name_unit(module: str) -> str:
-    """The one-line C++ unit that gives a library on the frame glue its module's name
-    (``xk_module_name``, declared in ffi_frame.h), compiled at the library's link."""
+    """The one-line C++ unit that gives a library its module's name (``xk_module_name``, declared
+    in ffi_frame.h), compiled at the library's link."""
     return (f"// Generated by xlakern: the name module '{module}' reports in its handlers' errors.\n"
             f'extern "C" __attribute__((visibility("hidden"))) const char xk_module_name[] = {_c_string(module)};\n')
 
@@ -209,24 +127,17 @@ def _declaration(entry: EntryPoint) -> str:
     return "".join(f"namespace {n} {{ " for n in entry.namespace) + decl + " }" * len(entry.namespace)
 
 
-def generate_glue(module: str, entries: Sequence[EntryPoint], platform: str, *, allow_cuda_graph: bool) -> str:
-    """The C++ source of the handler translation unit of one module."""
+def generate_glue(entries: Sequence[EntryPoint], platform: str, *, allow_cuda_graph: bool) -> str:
+    """The C++ source of the handler translation unit of a module with these entry points. It names
+    no module (see module_name_unit), so its object serves every module with these entry points."""
     decls = "\n".join(_declaration(e) for e in entries)
-    frame = uses_frame_glue(platform)
-    include = ('#include "xlakern/ffi_frame.h"' if frame
-               else '#include "xlakern/ffi_glue.h"\n\nnamespace ffi = ::xla::ffi;')
-    handlers = "".join(_frame_handler(e, platform, allow_cuda_graph, control) if frame
-                       else _handler(module, e, platform, allow_cuda_graph, control)
-                       for e in entries for control in (False, True))
+    handlers = "".join(_handler(e, platform, allow_cuda_graph, control) for e in entries for control in (False, True))
     # The CUDA runtime the module links (nvcc -cudart static), declared as cuda_runtime_api.h
     # does, so the host-compiled handlers need no CUDA headers.
     memset = 'extern "C" int cudaMemsetAsync(void*, int, size_t, cudaStream_t);\n' if platform == "cuda" else ""
-    # The frame glue names no module (see module_name_unit): its object serves every module with
-    # these entry points.
-    made_for = f"({platform}) for any module with these entry points" if frame else f"for module '{module}' ({platform})"
-    return f"""// Generated by xlakern {made_for}. Do not edit.
+    return f"""// Generated by xlakern ({platform}) for any module with these entry points. Do not edit.
 #include <cstdint>
-{include}
+#include "xlakern/ffi_frame.h"
 
 // The user's entry points (defined in their own translation units).
 {decls}

@@ -2,7 +2,7 @@
 
 Every other dtype list in the package is derived from :data:`DTYPES`. The C++ side keeps its
 own spellings (``xk::DType`` in ``include/xlakern/dtype.h``, the runtime's table in
-``csrc/kernel_args.cc``, the XLA mappings in ``include/xlakern/ffi_frame.h`` and ``ffi_glue.h``);
+``csrc/kernel_args.cc``, the XLA mapping in ``include/xlakern/ffi_frame.h``);
 a test compiles and reads them and checks them against this table, entry by entry and in this order.
 
 Example::

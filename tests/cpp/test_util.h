@@ -180,7 +180,7 @@ class TestThreadPool {
 };
 
 // The type-erased handle, built the way xk::detail::FfiThreadPool in
-// ffi_glue.h builds it from XLA's ffi::ThreadPool: a pool pointer plus
+// ffi_thread_pool.h builds it from XLA's ffi::ThreadPool: a pool pointer plus
 // count_threads and schedule callbacks, num_threads left to be counted on
 // first use. Like FfiThreadPool (one per FFI call), one TestPoolRef belongs to
 // one calling thread; several may wrap the same TestThreadPool.
