@@ -391,10 +391,40 @@ def test_part2_kernel_sources_ship_in_the_package():
     names = {p.name for p in KERNEL_DIR.iterdir()}
     for stem in ("jitc", "plasticity", "delay"):
         assert {f"{stem}_cpu.cc", f"{stem}_cuda.cu", f"{stem}_common.h"} <= names
+    assert {"jitc_cuda.cuh", "jitc_cuda_gather_mv.cuh"} <= names
 
 
-def test_jitc_cuda_kernels_compile():
-    assert_cuda_compiles("jitc_cuda.cu", {"jitc_mv", "jitc_dense", "jitc_skips"})
+def test_jitc_cuda_module_names_every_translation_unit():
+    """The CUDA JITC module is built from the files it names (kernels/jitc_cuda.cuh): each jitc_cuda*.cu is
+    one of them, so a unit added to the folder cannot be left out of the build (which would leave its
+    launcher undefined at load time, on the GPU only)."""
+    from xlakern.event import _jitc_kernels as JK
+    from xlakern.event._kernels import KERNEL_DIR
+
+    on_disk = sorted(p.name for p in KERNEL_DIR.glob("jitc_cuda*.cu"))
+    assert sorted(JK.JITC_CUDA_SOURCES) == on_disk
+    assert len(on_disk) == len(set(on_disk)) >= 2
+
+
+def test_jitc_cuda_kernels_compile_and_link():
+    """The five units compile for an H100 (sm_90) without a GPU, link into one library whose every symbol
+    resolves (the launchers one unit declares and another defines; the header's kernels defined in several
+    units), and export the entry points, as the per-combination build and the build of every dtype."""
+    if not HAVE_NVCC:
+        pytest.skip("nvcc not installed")
+    import ctypes
+    import os
+
+    from xlakern.event import _jitc_kernels as JK
+    from xlakern.event._kernels import KERNEL_DIR
+
+    one = ["-DXK_EVENT_ONLY_WEIGHTS=Float32", "-DXK_EVENT_ONLY_INDICES=Int32", "-DXK_EVENT_ONLY_SPIKES=1"]
+    for name, flags in (("jitc_cuda_units_check", one), ("jitc_cuda_units_every_dtype_check", None)):
+        mod = xlakern.load_cuda_dir(KERNEL_DIR, file_patterns=list(JK.JITC_CUDA_SOURCES), name=name,
+                                    compute_capability="9.0", extra_cuda_cflags=flags)
+        assert set(mod.functions) == {"jitc_mv", "jitc_dense", "jitc_skips"}
+        # RTLD_NOW: an undefined launcher (a unit missing from the build) fails here, not at a first call
+        ctypes.CDLL(str(mod.path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
 
 
 # ----------------------------------------------------------------------------- GPU

@@ -24,18 +24,33 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
-from .. import ConfigError, XLACustomKernel, general_batching_rule, load_cpp_file, load_cuda_file
+from .. import (ConfigError, XLACustomKernel, general_batching_rule, load_cpp_dir, load_cpp_file, load_cuda_dir,
+               load_cuda_file)
 from .._dtypes import DTYPES
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 SDS = jax.ShapeDtypeStruct
 
 
-def kernel_module(source: str):
-    """The loader of ``kernels/<source>`` (C++, or CUDA for a ``.cu``), module ``xlakern_<stem>``: it
-    compiles on its first call (once per machine), then loads from xlakern's cache, once a process."""
-    load = load_cuda_file if source.endswith(".cu") else load_cpp_file
-    return functools.lru_cache(maxsize=None)(lambda: load(KERNEL_DIR / source, name="xlakern_" + Path(source).stem))
+def _loader_of(sources: tuple[str, ...]):
+    """(load function, its option for extra compiler flags) for ``kernels/<sources>``: one file through
+    :func:`xlakern.load_cpp_file` / :func:`xlakern.load_cuda_file`, several (one translation unit each,
+    compiled side by side, one module) through :func:`xlakern.load_cpp_dir` / :func:`xlakern.load_cuda_dir`."""
+    cuda = sources[0].endswith(".cu")
+    flags_option = "extra_cuda_cflags" if cuda else "extra_cflags"
+    if len(sources) == 1:
+        load_file = load_cuda_file if cuda else load_cpp_file
+        return (lambda **kw: load_file(KERNEL_DIR / sources[0], **kw)), flags_option
+    load_dir = load_cuda_dir if cuda else load_cpp_dir
+    return (lambda **kw: load_dir(KERNEL_DIR, file_patterns=list(sources), **kw)), flags_option
+
+
+def kernel_module(source: str, *more_sources: str):
+    """The loader of ``kernels/<source>`` (C++, or CUDA for a ``.cu``; with ``more_sources``, the
+    further translation units of the same module), module ``xlakern_<stem>``: it compiles on its first
+    call (once per machine), then loads from xlakern's cache, once a process."""
+    load, _ = _loader_of((source, *more_sources))
+    return functools.lru_cache(maxsize=None)(lambda: load(name="xlakern_" + Path(source).stem))
 
 
 # The xk::DType enumerators that event_common.h's XK_EVENT_ONLY_* macros take, by NumPy dtype name (from the
@@ -43,8 +58,9 @@ def kernel_module(source: str):
 _DTYPE_ENUM = {d.name: d.cpp_enum for d in DTYPES}
 
 
-def operand_module(source: str):
-    """The loader of ``kernels/<source>`` built for one combination of operand dtypes.
+def operand_module(source: str, *more_sources: str):
+    """The loader of ``kernels/<source>`` (and ``more_sources``, the further translation units of the
+    same module, compiled side by side) built for one combination of operand dtypes.
 
     ``loader(weights, indices, spikes, binary)`` takes the dtypes the entry point will see (``weights``:
     the weights', or a JITC product's parameters'; ``indices`` None where the entry point reads none)
@@ -56,17 +72,16 @@ def operand_module(source: str):
     event_cuda.cu took 6 s instead of 40 s and event_cpu.cc 1.7 s instead of 27 s (bench/RESULTS.md).
     ``XLAKERN_EVENT_BUILDS=all`` takes one build of every combination instead (``xlakern_<stem>``),
     e.g. to fill a cache that many dtypes will share with one compile."""
-    cuda = source.endswith(".cu")
-    load, flags_option = (load_cuda_file, "extra_cuda_cflags") if cuda else (load_cpp_file, "extra_cflags")
+    load, flags_option = _loader_of((source, *more_sources))
     stem = Path(source).stem
-    every_dtype = kernel_module(source)
+    every_dtype = kernel_module(source, *more_sources)
 
     @functools.lru_cache(maxsize=None)
     def build(weights: str, indices: str, spikes: int):
         flags = [f"-DXK_EVENT_ONLY_WEIGHTS={_DTYPE_ENUM[weights]}", f"-DXK_EVENT_ONLY_INDICES={_DTYPE_ENUM[indices]}",
                  f"-DXK_EVENT_ONLY_SPIKES={spikes}"]
         name = f"xlakern_{stem}_{weights}_{indices}_{f'b{spikes}' if spikes else 'f'}"
-        return load(KERNEL_DIR / source, name=name, **{flags_option: flags})
+        return load(name=name, **{flags_option: flags})
 
     def loader(weights="float32", indices="int32", spikes="bool", binary: bool = True):
         builds = os.environ.get("XLAKERN_EVENT_BUILDS", "")

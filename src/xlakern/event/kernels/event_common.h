@@ -261,7 +261,8 @@ __device__ __forceinline__ void pdl_hold_grid() {
 }
 
 // Zeroes nbytes at p (16 bytes a store where p is aligned), letting the next kernel start at once.
-__global__ void __launch_bounds__(256) clear_bytes_kernel(unsigned char* __restrict__ p, int64_t nbytes) {
+// (static: each translation unit of a module that includes this header has its own.)
+static __global__ void __launch_bounds__(256) clear_bytes_kernel(unsigned char* __restrict__ p, int64_t nbytes) {
   pdl_launch_dependents();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x, t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t head = 0;

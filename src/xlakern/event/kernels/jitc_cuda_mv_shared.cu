@@ -1,0 +1,8 @@
+// The mv gather with kTableShared: the whole skip table in shared memory
+// (jitc_cuda_gather_mv.cuh; a translation unit of its own so that it compiles beside the others).
+
+#include "jitc_cuda_gather_mv.cuh"
+
+namespace xk_jitc_cuda {
+template void launch_gather_mv_planned<kTableShared>(const Product&, int, int, const MvPlan&, int64_t, double);
+}  // namespace xk_jitc_cuda
