@@ -85,7 +85,8 @@ def test_wheel_checker_names_what_a_wheel_lacks(tmp_path):
                       {"xlakern/__init__.py": "", "xlakern-9.9.9.dist-info/METADATA": meta})
     found = "\n".join(check_wheel.problems(bad))
     for expected in ("not tagged manylinux", "_runtime extension", "py.typed", "LICENSE",
-                     f"!= _version.py's {xlakern.__version__}", "extras missing from the metadata: cuda, test, warp"):
+                     f"!= _version.py's {xlakern.__version__}", "extras missing from the metadata: cuda, test, warp",
+                     "xlakern/event/kernels/jitc_cuda.cuh missing", "xlakern/event/kernels/event_cpu.cc missing"):
         assert expected in found, (expected, found)
     good_meta = (f"Metadata-Version: 2.1\nName: xlakern\nVersion: {xlakern.__version__}\n"
                  + "".join(f"Provides-Extra: {e}\n" for e in ("numba", "cuda", "warp", "test")) + "\n")
@@ -93,7 +94,8 @@ def test_wheel_checker_names_what_a_wheel_lacks(tmp_path):
         "xlakern/_runtime.cpython-311-x86_64-linux-gnu.so": "elf", "xlakern/py.typed": "",
         "xlakern/include/xlakern/xlakern.h": "", "xlakern/_version.py": "",
         f"xlakern-{xlakern.__version__}.dist-info/METADATA": good_meta,
-        f"xlakern-{xlakern.__version__}.dist-info/licenses/LICENSE": (ROOT / "LICENSE").read_text()})
+        f"xlakern-{xlakern.__version__}.dist-info/licenses/LICENSE": (ROOT / "LICENSE").read_text(),
+        **{f"xlakern/event/kernels/{p.name}": "" for p in (ROOT / "src/xlakern/event/kernels").iterdir()}})
     assert check_wheel.problems(good) == []
     assert check_wheel.main([str(bad)]) == 1 and check_wheel.main([str(good)]) == 0
 

@@ -1,7 +1,7 @@
 """Check a built xlakern wheel before publishing it: ``python tools/check_wheel.py dist/xlakern-*.whl``.
 
 Fails (exit 1, naming each problem) unless the wheel is tagged manylinux, carries the
-extension, the C++ headers, ``py.typed`` and the Apache-2.0 LICENSE, and its metadata holds
+extension, the C++ headers, the event kernels' sources, ``py.typed`` and the Apache-2.0 LICENSE, and its metadata holds
 the version of ``src/xlakern/_version.py`` and the extras ``numba``, ``cuda``, ``warp``, ``test``.
 """
 
@@ -30,6 +30,11 @@ def problems(wheel: Path) -> list[str]:
         license_text = z.read(licenses[0]).decode() if licenses else ""
     if not any(re.fullmatch(r"xlakern/_runtime\.[^/]*\.so", n) for n in names):
         found.append("no xlakern/_runtime extension in the wheel")
+    # the event operators compile their kernels from these sources on first use (every unit and header)
+    kernel_sources = sorted(p.name for p in (ROOT / "src/xlakern/event/kernels").iterdir() if p.is_file())
+    for name in kernel_sources:
+        if f"xlakern/event/kernels/{name}" not in names:
+            found.append(f"xlakern/event/kernels/{name} missing from the wheel (the event kernels' sources)")
     for required in ("xlakern/py.typed", "xlakern/include/xlakern/xlakern.h", "xlakern/_version.py"):
         if required not in names:
             found.append(f"{required} missing from the wheel")
