@@ -396,8 +396,8 @@ def test_part2_kernel_sources_ship_in_the_package():
 
 def test_jitc_cuda_module_names_every_translation_unit():
     """The CUDA JITC module is built from the files it names (kernels/jitc_cuda.cuh): each jitc_cuda*.cu is
-    one of them, so a unit added to the folder cannot be left out of the build (which would leave its
-    launcher undefined at load time, on the GPU only)."""
+    one of them, so a unit added to the folder cannot be left out of the build (whose link would then fail
+    on the launcher it defines)."""
     from xlakern.event import _jitc_kernels as JK
     from xlakern.event._kernels import KERNEL_DIR
 
@@ -416,14 +416,14 @@ def test_jitc_cuda_kernels_compile_and_link():
     import os
 
     from xlakern.event import _jitc_kernels as JK
-    from xlakern.event._kernels import KERNEL_DIR
+    from xlakern.event._kernels import KERNEL_DIR, operand_flags
 
-    one = ["-DXK_EVENT_ONLY_WEIGHTS=Float32", "-DXK_EVENT_ONLY_INDICES=Int32", "-DXK_EVENT_ONLY_SPIKES=1"]
+    one = operand_flags("float32", "int32", 1)
     for name, flags in (("jitc_cuda_units_check", one), ("jitc_cuda_units_every_dtype_check", None)):
         mod = xlakern.load_cuda_dir(KERNEL_DIR, file_patterns=list(JK.JITC_CUDA_SOURCES), name=name,
                                     compute_capability="9.0", extra_cuda_cflags=flags)
         assert set(mod.functions) == {"jitc_mv", "jitc_dense", "jitc_skips"}
-        # RTLD_NOW: an undefined launcher (a unit missing from the build) fails here, not at a first call
+        # every symbol bound now (RTLD_NOW), not at a first call on the GPU
         ctypes.CDLL(str(mod.path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
 
 

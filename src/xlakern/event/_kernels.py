@@ -58,6 +58,14 @@ def kernel_module(source: str, *more_sources: str):
 _DTYPE_ENUM = {d.name: d.cpp_enum for d in DTYPES}
 
 
+def operand_flags(weights: str, indices: str, spikes: int) -> list[str]:
+    """The compiler flags that keep one combination of operand dtypes (``XK_EVENT_ONLY_*`` in
+    event_common.h): NumPy dtype names for ``weights`` and ``indices``, ``spikes`` a binary spike's
+    width in bytes or 0 for float spikes."""
+    return [f"-DXK_EVENT_ONLY_WEIGHTS={_DTYPE_ENUM[weights]}", f"-DXK_EVENT_ONLY_INDICES={_DTYPE_ENUM[indices]}",
+            f"-DXK_EVENT_ONLY_SPIKES={spikes}"]
+
+
 def operand_module(source: str, *more_sources: str):
     """The loader of ``kernels/<source>`` (and ``more_sources``, the further translation units of the
     same module, compiled side by side) built for one combination of operand dtypes.
@@ -78,10 +86,8 @@ def operand_module(source: str, *more_sources: str):
 
     @functools.lru_cache(maxsize=None)
     def build(weights: str, indices: str, spikes: int):
-        flags = [f"-DXK_EVENT_ONLY_WEIGHTS={_DTYPE_ENUM[weights]}", f"-DXK_EVENT_ONLY_INDICES={_DTYPE_ENUM[indices]}",
-                 f"-DXK_EVENT_ONLY_SPIKES={spikes}"]
         name = f"xlakern_{stem}_{weights}_{indices}_{f'b{spikes}' if spikes else 'f'}"
-        return load(name=name, **{flags_option: flags})
+        return load(name=name, **{flags_option: operand_flags(weights, indices, spikes)})
 
     def loader(weights="float32", indices="int32", spikes="bool", binary: bool = True):
         builds = os.environ.get("XLAKERN_EVENT_BUILDS", "")
