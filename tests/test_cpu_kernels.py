@@ -369,3 +369,42 @@ def test_every_attr_type_with_edge_values(b):
     assert [int(u) for u in uints] == [255, 65535, 2**32 - 1, 2**64 - 1, half_bits, bf_bits]
     assert floats[0] == np.float64(np.float32(1.5e-30))
     assert floats[1] == 1 + 1e-12 and floats[1] - 1.0 > 0  # full float64 precision
+
+
+def test_public_header_leaves_iostreams_out_of_cpu_units(tmp_path):
+    """xlakern.h formats XK_CHECK's values without <sstream> (a CPU unit keeps parallel_for's thread
+    headers); a class with only its own operator<< still streams where the source includes <sstream>."""
+    import subprocess
+    from pathlib import Path
+
+    src = tmp_path / "empty.cc"
+    src.write_text("int f() { return 1; }\n")
+    cxx = xlakern._toolchain.host_compiler().command
+    out = subprocess.run([*cxx, "-std=c++17", "-isystem", str(xlakern._toolchain.include_dir()),
+                          "-include", "xlakern/xlakern.h", "-M", str(src)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    headers = {Path(p).name for p in out.stdout.replace("\\\n", " ").split()[1:]}
+    assert {"xlakern.h", "check.h", "parallel.h", "mutex"} <= headers
+    assert not headers & {"sstream", "istream", "ostream"}
+
+
+CHECK_STREAMS = r"""
+%s
+struct Coord { int x, y; };
+std::ostream& operator<<(std::ostream& os, const Coord& c) { return os << "Coord(" << c.x << ", " << c.y << ")"; }
+
+// @xk fails_with_values arg ret
+void fails_with_values(const xk::Tensor x, xk::Tensor out) {
+  XK_CHECK(x.numel() < 0) << "n " << x.numel() << ", scale " << 0.1f * x.numel() << ", " << Coord{3, 4};
+}
+"""
+
+
+def test_check_streams_numbers_and_classes(rng):
+    with pytest.raises(xlakern.CompilationError, match=r"#include <sstream> in this source"):
+        xlakern.load_cpp_inline("check_streams_no_sstream", CHECK_STREAMS % "#include <ostream>")
+    mod = xlakern.load_cpp_inline("check_streams", CHECK_STREAMS % "#include <sstream>")
+    n = int(rng.integers(3, 1000))
+    x = jnp.asarray(rng.standard_normal(n).astype(np.float32))
+    with pytest.raises(xlakern.KernelError, match=rf"n {n}, scale {0.1 * n:g}, Coord\(3, 4\)"):
+        mod.fails_with_values(x, outs=SDS(x.shape, x.dtype))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import threading
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -169,6 +171,56 @@ def test_cuda_dir_compiles_each_file(tmp_path):
         np.testing.assert_allclose(mod.add1(x, outs=SDS(x.shape, x.dtype)), 2 * np.asarray(x) + 1, rtol=1e-6)
 
 
+def _included_headers(command: list, src) -> set:
+    """Base names of every header `command -M src` reports (nvcc and g++ print the same make rule)."""
+    out = subprocess.run([*command, "-M", str(src)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return {Path(p).name for p in out.stdout.replace("\\\n", " ").split()[1:]}
+
+
+@needs_nvcc
+def test_public_header_leaves_iostreams_and_thread_headers_out_of_cuda_units(tmp_path):
+    """Every CUDA source gets xlakern.h. It pulls in neither <sstream> (XK_CHECK formats values itself)
+    nor <mutex>/<condition_variable> (parallel_for is serial in CUDA units): together about 1.1 s of nvcc
+    on each translation unit of every CUDA module (the 2-core VM, session 73)."""
+    src = tmp_path / "empty.cu"
+    src.write_text("__global__ void k(float* p) { p[0] = 1; }\n")
+    nvcc = xlakern._toolchain.find_nvcc()
+    headers = _included_headers([nvcc, "-std=c++17", "-x", "cu", "-isystem", str(xlakern._toolchain.include_dir()),
+                                 "-include", "xlakern/xlakern.h"], src)
+    assert {"xlakern.h", "check.h", "parallel.h", "cuda_fp16.h"} <= headers  # the listing is complete
+    assert not headers & {"sstream", "istream", "ostream", "mutex", "condition_variable", "thread"}
+
+
+STREAMED_CHECK = r"""
+#include <cuda_fp16.h>
+%(include)s
+struct Coord { int x, y; };
+std::ostream& operator<<(std::ostream& os, const Coord& c) { return os << "Coord(" << c.x << ", " << c.y << ")"; }
+
+// @xk fails_with_values arg ret stream
+void fails_with_values(const xk::Tensor x, xk::Tensor out, int64_t stream) {
+  int64_t covered = 0;
+  xk::parallel_for(x.numel(), 16, [&](int64_t b, int64_t e) { covered += e - b; });
+  const float first = x.numel() ? 1.5f : 0.0f;
+  XK_CHECK(covered == -1) << "covered " << covered << " of " << x.numel() << ", threads " << xk::num_threads()
+      << ", half " << __float2half(2.5f) << ", float " << first %(custom)s;
+}
+"""
+
+
+@needs_nvcc
+def test_check_streaming_a_class_needs_sstream_and_says_so():
+    """A type with only its own operator<< needs <sstream>, which xlakern.h no longer brings: the build error
+    says to include it, and with it the same source compiles."""
+    without = STREAMED_CHECK % {"include": "#include <ostream>", "custom": '<< ", " << Coord{3, 4}'}
+    with pytest.raises(xlakern.CompilationError, match=r"#include <sstream> in this source"):
+        xlakern.load_cuda_inline(unique_name("check_custom"), without, compute_capability="9.0")
+    with_sstream = STREAMED_CHECK % {"include": "#include <sstream>", "custom": '<< ", " << Coord{3, 4}'}
+    mod = xlakern.load_cuda_inline(unique_name("check_custom_ok"), with_sstream, compute_capability="9.0")
+    assert set(mod.functions) == {"fails_with_values"}
+
+
 # -- execution (GPU) --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -269,6 +321,19 @@ def test_failed_check_and_bad_launch_raise_and_gpu_keeps_working(seeds, rng):
     y = seeds.gauss(v, outs=SDS(v.shape, v.dtype), block=128)
     vd = np.asarray(v).astype(np.float64)
     np.testing.assert_allclose(y, np.exp(-vd * vd) * np.sin(vd), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_check_message_of_a_cuda_unit_reads_as_ostream_writes_it(rng):
+    """XK_CHECK in a CUDA unit formats numbers, half values and (with <sstream>) a class as std::ostream
+    would; parallel_for there covers the range serially, on one thread."""
+    src = STREAMED_CHECK % {"include": "#include <sstream>", "custom": '<< ", " << Coord{3, 4}'}
+    mod = xlakern.load_cuda_inline(unique_name("check_values"), src)
+    n = int(rng.integers(20, 200))
+    x = _gpu(rng.standard_normal(n).astype(np.float32))
+    want = f"covered {n} of {n}, threads 1, half 2.5, float 1.5, Coord(3, 4)"
+    with pytest.raises((xlakern.KernelError, jax.errors.JaxRuntimeError), match=re.escape(want)):
+        jax.block_until_ready(mod.fails_with_values(x, outs=SDS(x.shape, x.dtype)))
 
 
 @pytest.mark.gpu

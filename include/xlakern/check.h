@@ -9,9 +9,12 @@
 // the process goes on. These macros are host-only; nothing here aborts.
 #pragma once
 
-#include <sstream>
+#include <cstdio>
+#include <iosfwd>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 namespace xk {
 
@@ -69,24 +72,86 @@ inline std::string utf8_safe(const std::string& text) {
   return out;
 }
 
+// The text std::ostream writes for `value` with its default flags, appended to
+// `out` without <sstream>: that header costs nvcc about 0.35 s a translation
+// unit, and every CUDA source includes this one. Any other type (a class with
+// its own operator<<) goes through std::ostringstream, so code that streams one
+// includes <sstream> itself (a static_assert says so).
+template <typename T, typename = void>
+struct IsComplete : std::false_type {};
+template <typename T>
+struct IsComplete<T, std::void_t<decltype(sizeof(T))>> : std::true_type {};
+
+template <typename T>
+struct DependentStream {
+  using type = std::ostringstream;
+};
+
+template <typename T>
+void append_streamed(std::string& out, const T& value) {
+  using U = std::decay_t<T>;
+  char buf[64];
+  if constexpr (std::is_same_v<U, bool>) {
+    out += value ? '1' : '0';
+  } else if constexpr (std::is_same_v<U, char> || std::is_same_v<U, signed char> ||
+                       std::is_same_v<U, unsigned char>) {
+    out += static_cast<char>(value);  // a byte, as ostream writes it (utf8_safe escapes it)
+  } else if constexpr (std::is_integral_v<U>) {
+    out += std::to_string(value);
+  } else if constexpr (std::is_floating_point_v<U>) {
+    // ostream's default: %g with 6 significant digits
+    std::snprintf(buf, sizeof buf, "%Lg", static_cast<long double>(value));
+    out += buf;
+  } else if constexpr (std::is_enum_v<U>) {
+    out += std::to_string(static_cast<std::underlying_type_t<U>>(value));
+  } else if constexpr (std::is_convertible_v<const U&, const char*>) {
+    const char* text = value;
+    if (text != nullptr) out += text;
+  } else if constexpr (std::is_convertible_v<const U&, std::string_view>) {
+    out += std::string_view(value);
+  } else if constexpr ((std::is_pointer_v<U> && !std::is_function_v<std::remove_pointer_t<U>>) ||
+                       std::is_null_pointer_v<U>) {
+    std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(value));
+    out += buf;
+  } else if constexpr (std::is_class_v<U> && std::is_convertible_v<const U&, float>) {
+    // __half, __nv_bfloat16: ostream would pick operator<<(float) through the conversion
+    std::snprintf(buf, sizeof buf, "%g", static_cast<double>(static_cast<float>(value)));
+    out += buf;
+  } else {
+    using Stream = typename DependentStream<T>::type;
+    static_assert(IsComplete<Stream>::value,
+                  "XK_CHECK(...) << value: streaming this type uses its operator<<, which needs "
+                  "std::ostringstream; #include <sstream> in this source (numbers, strings, "
+                  "pointers and enums need nothing)");
+    Stream stream;
+    stream << value;
+    out += stream.str();
+  }
+}
+
 // Collects the streamed message of a failing check.
 class CheckMessage {
  public:
   CheckMessage(const char* file, int line, const char* what) {
-    stream_ << what << " (at " << file << ":" << line << ")";
-    prefix_len_ = stream_.tellp();
+    text_ = what;
+    text_ += " (at ";
+    text_ += file;
+    text_ += ':';
+    text_ += std::to_string(line);
+    text_ += ')';
+    prefix_len_ = text_.size();
   }
   template <typename T>
   CheckMessage& operator<<(const T& value) {
-    if (stream_.tellp() == prefix_len_) stream_ << ": ";
-    stream_ << value;
+    if (text_.size() == prefix_len_) text_ += ": ";
+    append_streamed(text_, value);
     return *this;
   }
-  std::string str() const { return stream_.str(); }
+  std::string str() const { return text_; }
 
  private:
-  std::ostringstream stream_;
-  std::streampos prefix_len_;
+  std::string text_;
+  size_t prefix_len_ = 0;
 };
 
 // `Thrower() & message` throws; `&` binds looser than `<<`, so the whole

@@ -1,9 +1,13 @@
 // XK_CHECK: throws xk::Error carrying the condition, file:line and message.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <random>
+#include <sstream>
+#include <string_view>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -180,6 +184,65 @@ TEST(Check, ConditionWithCommaInsideParentheses) {
   } catch (const xk::Error& e) {
     EXPECT_TRUE(contains(e.what(), "max2(3, 4) == 3")) << e.what();
   }
+}
+
+enum Colour { kRed = 3, kBlue = -9 };
+enum class Mode : uint8_t { kFast = 7 };
+
+// The message XK_CHECK builds from the values `stream` streams, after its prefix.
+template <typename Stream>
+std::string streamed(Stream&& stream) {
+  xk::detail::CheckMessage message("file.cc", 1, "check failed: c");
+  stream(message);
+  const std::string msg = message.str();
+  const std::string prefix = "check failed: c (at file.cc:1): ";
+  return msg.compare(0, prefix.size(), prefix) == 0 ? msg.substr(prefix.size()) : "<prefix lost: " + msg + ">";
+}
+
+// check.h writes numbers without <sstream>; the reference is std::ostringstream itself.
+TEST_F(CheckRandom, ValuesReadAsOstreamWritesThem) {
+  std::uniform_int_distribution<int64_t> ints(INT64_MIN, INT64_MAX);
+  std::uniform_real_distribution<double> mantissa(-10.0, 10.0);
+  std::uniform_int_distribution<int> exponent(-40, 40);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t i64 = ints(rng_);
+    const int32_t i32 = static_cast<int32_t>(i64);
+    const uint64_t u64 = static_cast<uint64_t>(i64);
+    const uint16_t u16 = static_cast<uint16_t>(i64);
+    const short s16 = static_cast<short>(i64 >> 7);
+    const double d = mantissa(rng_) * std::pow(10.0, exponent(rng_));
+    const float f = static_cast<float>(mantissa(rng_) * std::pow(10.0, exponent(rng_) / 4));
+    const long double ld = static_cast<long double>(d) / 3;
+    const bool b = (i64 & 1) != 0;
+    const std::string text = "w" + std::to_string(i32 & 0xFFFF);
+    const std::string_view view(text);
+    std::ostringstream want;
+    want << i64 << ' ' << i32 << ' ' << u64 << ' ' << u16 << ' ' << s16 << ' ' << d << ' ' << f << ' ' << ld
+         << ' ' << b << ' ' << text << ' ' << view << ' ' << text.c_str() << ' ' << kRed << ' ' << kBlue;
+    const std::string got = streamed([&](auto&& check) {
+      check << i64 << ' ' << i32 << ' ' << u64 << ' ' << u16 << ' ' << s16 << ' ' << d << ' ' << f << ' ' << ld
+            << ' ' << b << ' ' << text << ' ' << view << ' ' << text.c_str() << ' ' << kRed << ' ' << kBlue;
+    });
+    EXPECT_EQ(got, want.str()) << seed_msg();
+  }
+}
+
+TEST(Check, SpecialValuesScopedEnumsAndPointers) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::ostringstream want;
+  want << inf << ' ' << -inf << ' ' << 0.0 << ' ' << -0.0 << ' ' << 1e-320 << ' ' << 123456789.0;
+  EXPECT_EQ(streamed([&](auto&& c) { c << inf << ' ' << -inf << ' ' << 0.0 << ' ' << -0.0 << ' ' << 1e-320 << ' '
+                                       << 123456789.0; }),
+            want.str());
+  // A scoped enum has no operator<<; the check writes its value.
+  EXPECT_EQ(streamed([](auto&& c) { c << Mode::kFast; }), "7");
+  int x = 0;
+  std::ostringstream ptr;
+  ptr << static_cast<const void*>(&x);
+  const std::string got = streamed([&](auto&& c) { c << &x; });
+  EXPECT_EQ(std::stoull(got, nullptr, 16), std::stoull(ptr.str(), nullptr, 16)) << got << " vs " << ptr.str();
+  const char* none = nullptr;
+  EXPECT_EQ(streamed([&](auto&& c) { c << "a" << none << "b"; }), "ab");
 }
 
 TEST(Check, ErrorCanBeThrownDirectly) {
