@@ -4,6 +4,7 @@ matrix, the statistics of connections and weights, AD, vmap, the matrix classes 
 
 from __future__ import annotations
 
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -355,6 +356,71 @@ def test_errors_name_the_argument():
         xlakern.jitsmv(1.0, 1e-9, v, 0, shape=(5, 10))
     with pytest.raises(xlakern.XlakernError):
         xlakern.JITCScalarR((1.0, 0.1), shape=(5, 10))
+
+
+class _CompileLog(logging.Handler):
+    """Names of the XLA programs jax compiles while installed (jax.log_compiles' records)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.programs = []
+
+    def emit(self, record):
+        text = record.getMessage()
+        if text.startswith("Compiling "):
+            self.programs.append(text.split()[1])
+
+
+@pytest.mark.parametrize("letter", "sun")
+def test_eager_call_is_one_compiled_program_equal_to_the_jitted_one(letter, rng):
+    """Outside jit an operator compiles one XLA program, its kernel's, not one per jnp call of its Python
+    side (a first eager JITC product compiled eleven: on a GPU about 0.3 s before the kernel ran). Its
+    result is the jitted call's, bit for bit, and a second call of new values compiles nothing."""
+    m, n = int(rng.integers(50, 300)), int(rng.integers(50, 300))
+    params = {"s": (float(rng.uniform(0.1, 1)),), "u": (-0.5, float(rng.uniform(0.1, 1))),
+              "n": (0.3, float(rng.uniform(0.1, 1)))}[letter]
+    seed = int(rng.integers(0, 2**31))
+    prob = float(rng.uniform(0.05, 0.3))
+    spikes = jnp.asarray(rng.random(n) < 0.3)
+    x = jnp.asarray(rng.standard_normal((n, 3)).astype(np.float32))
+    ops = {"binary_mv": getattr(xlakern, f"binary_jit{letter}mv"), "mm": getattr(xlakern, f"jit{letter}mm"),
+           "dense": getattr(xlakern, f"jit{letter}")}
+    calls = {"binary_mv": lambda op, *p: op(*p, prob, spikes, seed, shape=(m, n)),
+             "mm": lambda op, *p: op(*p, prob, x, seed, shape=(m, n)),
+             "dense": lambda op, *p: op(*p, prob, seed, shape=(m, n))}
+    log = _CompileLog()
+    logger = logging.getLogger("jax")
+    logger.addHandler(log)
+    try:
+        for key, op in ops.items():
+            log.programs.clear()
+            with jax.log_compiles(True):
+                eager = jax.block_until_ready(calls[key](op, *params))
+            assert len(log.programs) <= 1, (key, log.programs)  # 0 where an earlier case compiled it
+            log.programs.clear()
+            with jax.log_compiles(True):
+                again = calls[key](op, *(p * 0.5 for p in params))
+            assert log.programs == [], (key, log.programs)
+            np.testing.assert_allclose(np.asarray(again), np.asarray(eager) * 0.5, rtol=1e-6, atol=1e-6)
+            jitted = jax.jit(lambda *p: calls[key](op, *p))(*params)
+            np.testing.assert_array_equal(np.asarray(eager), np.asarray(jitted))
+    finally:
+        logger.removeHandler(log)
+
+
+def test_eager_seed_none_draws_a_new_matrix_each_call():
+    """seed=None draws a seed per call in Python, not once inside the cached program."""
+    mats = [np.asarray(xlakern.jits(1.0, 0.5, None, shape=(40, 40))) for _ in range(3)]
+    assert not np.array_equal(mats[0], mats[1]) and not np.array_equal(mats[1], mats[2])
+    for mat in mats:
+        assert 0.35 < mat.mean() < 0.65  # a matrix of prob 0.5 each time
+
+
+def test_eager_errors_carry_no_jit_traceback_note():
+    v = np.ones(10, np.float32)
+    with pytest.raises(EventShapeError) as info:
+        xlakern.binary_jitsmv(1.0, 0.1, v, 0, shape=(5, 11))
+    assert "vector" in str(info.value) and not getattr(info.value, "__notes__", None)
 
 
 def test_edge_probabilities(rng):

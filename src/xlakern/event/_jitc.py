@@ -32,6 +32,7 @@ from . import _units
 from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, EventShapeError, EventUnitError,
                       UnsupportedOperationError)
 from ._events import EventRepresentation
+from ._eager import run_fused
 from ._kernels import SDS, acc_dtype
 from ._layouts import DataRepresentation, _warn_renamed
 from ._ops import _check_spikes, _described, _shape2, _spikes, _weights
@@ -58,10 +59,14 @@ def _prob(name: str, prob: Any) -> float:
     return p
 
 
+def _drawn_seed(seed: Any):
+    """``seed``, or a fresh one for None (as BrainEvent does), drawn here in Python: a draw inside the
+    traced body would be one constant for every later call of the cached program."""
+    return np.random.randint(0, 10 ** 8) if seed is None else seed
+
+
 def _seed(name: str, seed: Any):
-    """uint32 (1,) seed; None draws one (as BrainEvent does), traced seeds are fine."""
-    if seed is None:
-        seed = np.random.randint(0, 10 ** 8)
+    """uint32 (1,) seed; traced seeds are fine."""
     s = jnp.asarray(seed)
     if not (jnp.issubdtype(s.dtype, jnp.integer) and s.size == 1):
         raise EventDTypeError(f"{name}: seed must be one integer; got {_described(seed, s)}")
@@ -110,10 +115,15 @@ def _tables(name: str, letter: str, prob: float, acc):
 
 
 def _product(name, letter, binary, mm, first, second, prob, vector, seed, shape, transpose, corder, backend):
+    # prob and shape set the program (tables, grid); outside a trace it is compiled once (_eager)
+    static = dict(name=name, letter=letter, binary=binary, mm=mm, prob=_prob(name, prob), shape=_shape2(name, shape),
+                  transpose=transpose, corder=corder, backend=backend)
+    return run_fused(_product_body, (first, second, vector, _drawn_seed(seed)), static)
+
+
+def _product_body(first, second, vector, seed, *, name, letter, binary, mm, prob, shape, transpose, corder, backend):
     params, w_dtype, unit_w = _params(name, first, second, letter)
-    prob = _prob(name, prob)
     seed = _seed(name, seed)
-    shape = _shape2(name, shape)
     v, unit_v = _units.split(vector)
     v = _spikes(name, "vector", v, binary)
     out_dtype = w_dtype
@@ -139,10 +149,14 @@ def _product(name, letter, binary, mm, first, second, prob, vector, seed, shape,
 
 
 def _dense(name, letter, first, second, prob, seed, shape, transpose, corder, backend):
+    static = dict(name=name, letter=letter, prob=_prob(name, prob), shape=_shape2(name, shape), transpose=transpose,
+                  corder=corder, backend=backend)
+    return run_fused(_dense_body, (first, second, _drawn_seed(seed)), static)
+
+
+def _dense_body(first, second, seed, *, name, letter, prob, shape, transpose, corder, backend):
     params, w_dtype, unit_w = _params(name, first, second, letter)
-    prob = _prob(name, prob)
     seed = _seed(name, seed)
-    shape = _shape2(name, shape)
     gshape, _ = _generated(shape, False, corder)
     acc = acc_dtype(w_dtype)
     if prob == 0.0 or 0 in gshape:
