@@ -77,6 +77,18 @@ import itertools  # noqa: E402
 _counter = itertools.count()
 
 
+def included_headers(command: list, src) -> set:
+    """Base names of every file ``command -M src`` lists (the preprocessor's Make rule; g++ and nvcc)."""
+    import subprocess
+    from pathlib import Path
+
+    from xlakern import _build
+
+    out = subprocess.run([*command, "-M", str(src)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return {Path(p).name for p in _build.parse_depfile(out.stdout)}
+
+
 @pytest.fixture
 def on_cpu():
     """Run the test with JAX's default device set to the CPU (CPU kernels need CPU arrays)."""

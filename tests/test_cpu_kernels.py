@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import xlakern
-from conftest import x64
+from conftest import included_headers, x64
 
 SDS = jax.ShapeDtypeStruct
 pytestmark = pytest.mark.usefixtures("on_cpu")
@@ -374,16 +374,11 @@ def test_every_attr_type_with_edge_values(b):
 def test_public_header_leaves_iostreams_out_of_cpu_units(tmp_path):
     """xlakern.h formats XK_CHECK's values without <sstream> (a CPU unit keeps parallel_for's thread
     headers); a class with only its own operator<< still streams where the source includes <sstream>."""
-    import subprocess
-    from pathlib import Path
-
     src = tmp_path / "empty.cc"
     src.write_text("int f() { return 1; }\n")
     cxx = xlakern._toolchain.host_compiler().command
-    out = subprocess.run([*cxx, "-std=c++17", "-isystem", str(xlakern._toolchain.include_dir()),
-                          "-include", "xlakern/xlakern.h", "-M", str(src)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    headers = {Path(p).name for p in out.stdout.replace("\\\n", " ").split()[1:]}
+    headers = included_headers([*cxx, "-std=c++17", "-isystem", str(xlakern._toolchain.include_dir()),
+                                "-include", "xlakern/xlakern.h"], src)
     assert {"xlakern.h", "check.h", "parallel.h", "mutex"} <= headers
     assert not headers & {"sstream", "istream", "ostream"}
 

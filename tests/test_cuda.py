@@ -6,7 +6,6 @@ import re
 import shutil
 import subprocess
 import threading
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 import xlakern
-from conftest import gpu_available, unique_name
+from conftest import gpu_available, included_headers, unique_name
 
 SDS = jax.ShapeDtypeStruct
 
@@ -171,13 +170,6 @@ def test_cuda_dir_compiles_each_file(tmp_path):
         np.testing.assert_allclose(mod.add1(x, outs=SDS(x.shape, x.dtype)), 2 * np.asarray(x) + 1, rtol=1e-6)
 
 
-def _included_headers(command: list, src) -> set:
-    """Base names of every header `command -M src` reports (nvcc and g++ print the same make rule)."""
-    out = subprocess.run([*command, "-M", str(src)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    return {Path(p).name for p in out.stdout.replace("\\\n", " ").split()[1:]}
-
-
 @needs_nvcc
 def test_public_header_leaves_iostreams_and_thread_headers_out_of_cuda_units(tmp_path):
     """Every CUDA source gets xlakern.h. It pulls in neither <sstream> (XK_CHECK formats values itself)
@@ -186,7 +178,7 @@ def test_public_header_leaves_iostreams_and_thread_headers_out_of_cuda_units(tmp
     src = tmp_path / "empty.cu"
     src.write_text("__global__ void k(float* p) { p[0] = 1; }\n")
     nvcc = xlakern._toolchain.find_nvcc()
-    headers = _included_headers([nvcc, "-std=c++17", "-x", "cu", "-isystem", str(xlakern._toolchain.include_dir()),
+    headers = included_headers([nvcc, "-std=c++17", "-x", "cu", "-isystem", str(xlakern._toolchain.include_dir()),
                                  "-include", "xlakern/xlakern.h"], src)
     assert {"xlakern.h", "check.h", "parallel.h", "cuda_fp16.h"} <= headers  # the listing is complete
     assert not headers & {"sstream", "istream", "ostream", "mutex", "condition_variable", "thread"}

@@ -8,7 +8,7 @@ whole operator once under ``jax.jit`` instead, and caches it like any jitted fun
 
 Example::
 
-    y = run_fused(_product_impl, (weight, vector), dict(name="jitsmv", prob=0.1, shape=(4, 5)))
+    y = run_fused(_product_body, (weight, None, vector, seed), dict(name="jitsmv", letter="s", ...))
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ from ..errors import XlakernError
 
 # Values jit takes as they are; anything else (a list, a string, an object) goes the plain way, so the
 # operator's own check names it.
-_PLAIN = (np.ndarray, np.generic, bool, int, float, complex)
+_PLAIN = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
 
 def _concrete(leaf: Any) -> bool:
-    if isinstance(leaf, Tracer):
-        return False
-    return isinstance(leaf, _PLAIN) or isinstance(leaf, jax.Array)
+    return isinstance(leaf, _PLAIN) and not isinstance(leaf, Tracer)
 
 
 @functools.lru_cache(maxsize=None)
