@@ -4,8 +4,6 @@ matrix, the statistics of connections and weights, AD, vmap, the matrix classes 
 
 from __future__ import annotations
 
-import logging
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +14,7 @@ import xlakern
 from conftest import x64
 from test_event_transforms import HAVE_NVCC
 from xlakern.event import EventDTypeError, EventShapeError
+from xlakern.event._eager import compiled_programs
 
 KINDS = {"s": (0.37,), "u": (-0.2, 0.7), "n": (0.1, 0.3)}
 
@@ -358,19 +357,6 @@ def test_errors_name_the_argument():
         xlakern.JITCScalarR((1.0, 0.1), shape=(5, 10))
 
 
-class _CompileLog(logging.Handler):
-    """Names of the XLA programs jax compiles while installed (jax.log_compiles' records)."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.programs = []
-
-    def emit(self, record):
-        text = record.getMessage()
-        if text.startswith("Compiling "):
-            self.programs.append(text.split()[1])
-
-
 @pytest.mark.parametrize("letter", "sun")
 def test_eager_call_is_one_compiled_program_equal_to_the_jitted_one(letter, rng):
     """Outside jit an operator compiles one XLA program, its kernel's, not one per jnp call of its Python
@@ -388,24 +374,16 @@ def test_eager_call_is_one_compiled_program_equal_to_the_jitted_one(letter, rng)
     calls = {"binary_mv": lambda op, *p: op(*p, prob, spikes, seed, shape=(m, n)),
              "mm": lambda op, *p: op(*p, prob, x, seed, shape=(m, n)),
              "dense": lambda op, *p: op(*p, prob, seed, shape=(m, n))}
-    log = _CompileLog()
-    logger = logging.getLogger("jax")
-    logger.addHandler(log)
-    try:
-        for key, op in ops.items():
-            log.programs.clear()
-            with jax.log_compiles(True):
-                eager = jax.block_until_ready(calls[key](op, *params))
-            assert len(log.programs) <= 1, (key, log.programs)  # 0 where an earlier case compiled it
-            log.programs.clear()
-            with jax.log_compiles(True):
-                again = calls[key](op, *(p * 0.5 for p in params))
-            assert log.programs == [], (key, log.programs)
-            np.testing.assert_allclose(np.asarray(again), np.asarray(eager) * 0.5, rtol=1e-6, atol=1e-6)
-            jitted = jax.jit(lambda *p: calls[key](op, *p))(*params)
-            np.testing.assert_array_equal(np.asarray(eager), np.asarray(jitted))
-    finally:
-        logger.removeHandler(log)
+    for key, op in ops.items():
+        with compiled_programs() as programs:
+            eager = jax.block_until_ready(calls[key](op, *params))
+        assert len(programs) <= 1, (key, programs)  # 0 where an earlier case compiled it
+        with compiled_programs() as programs:
+            again = calls[key](op, *(p * 0.5 for p in params))
+        assert programs == [], (key, programs)
+        np.testing.assert_allclose(np.asarray(again), np.asarray(eager) * 0.5, rtol=1e-6, atol=1e-6)
+        jitted = jax.jit(lambda *p: calls[key](op, *p))(*params)
+        np.testing.assert_array_equal(np.asarray(eager), np.asarray(jitted))
 
 
 def test_eager_seed_none_draws_a_new_matrix_each_call():

@@ -64,6 +64,16 @@ def trace_state_clean() -> bool:
     return check is None or bool(check())
 
 
+def jit_placement_key() -> tuple:
+    """What decides where and in which width ``jax.jit`` puts a Python number it is given: the x64 flag
+    and the default device (``jax.default_device``'s, which jax keeps in a private config state; jax
+    0.10.2 and 0.11.2 have it). A cache of such numbers as arrays keys on this."""
+    x64 = getattr(_jax_config, "enable_x64", None)
+    device = getattr(_jax_config, "default_device", None)
+    return (x64.value if x64 is not None else jax.config.jax_enable_x64,
+            device.value if device is not None else None)
+
+
 def eager_impl(primitive: Any) -> Callable[..., Any]:
     """The implementation that runs ``primitive`` outside a trace: compile it alone and run it.
 

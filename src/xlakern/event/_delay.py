@@ -26,6 +26,7 @@ from jax.tree_util import register_pytree_node_class
 
 from .. import XLACustomKernel
 from . import _units
+from ._eager import run_fused
 from ._errors import EventArgumentError, EventDTypeError, EventShapeError, EventTracedError, EventUnitError
 from ._events import EventRepresentation
 from ._kernels import kernel_module, rows_for, SDS, synapse_rows
@@ -152,11 +153,21 @@ def _deliver(name, ring, events, data, indices, indptr, delays, t, shape, weight
                 raise EventUnitError(f"{name}: the ring has unit {unit_r}; expected {want} (data times events) or "
                                      f"a unit of the same dimension")
             ring = _units.attach(ring, unit_r).to_decimal(want)
+    slots = np.shape(ring)
+    if len(slots) == 2:  # (else the body refuses the ring) checked now: in the fused program delays are traced
+        _check_delays(name, delays, slots[0])
+    static = dict(name=name, shape=_shape2(name, shape), weighted=weighted, backend=backend)
+    res = run_fused(_deliver_body, (ring, events, data, indices, indptr, delays, t), static)
+    return _units.attach(res, want)
+
+
+def _deliver_body(ring, events, data, indices, indptr, delays, t, *, name, shape, weighted, backend):
+    """_deliver past its units: outside a trace, one jitted program (:func:`run_fused`)."""
     ring = jnp.asarray(ring)
     if ring.ndim != 2 or not jnp.issubdtype(ring.dtype, jnp.floating):
         raise EventShapeError(f"{name}: ring must be a 2-D float (L, n_post) array; got {ring.dtype}"
                               f"{tuple(ring.shape)}")
-    n_pre, n_post = _shape2(name, shape)
+    n_pre, n_post = shape
     nslots = ring.shape[0]
     if ring.shape[1] != n_post:
         raise EventShapeError(f"{name}: ring has shape {tuple(ring.shape)}; expected (L, {n_post})")
@@ -175,7 +186,6 @@ def _deliver(name, ring, events, data, indices, indptr, delays, t, shape, weight
         raise EventShapeError(f"{name}: events have shape {tuple(events.shape)}; expected ({n_pre},)")
     if weighted:
         events = events.astype(dtype)
-    _check_delays(name, delays, nslots)
     delays = jnp.asarray(delays)
     if not jnp.issubdtype(delays.dtype, jnp.integer):
         raise EventDTypeError(f"{name}: delays must be an integer array (steps); got dtype {delays.dtype}")
@@ -194,7 +204,7 @@ def _deliver(name, ring, events, data, indices, indptr, delays, t, shape, weight
     res = csr_delay_deliver_p(ring.astype(dtype), events, data.reshape(-1), indices, indptr, delays,
                               t.reshape(1).astype(jnp.int32), outs=[SDS(ring.shape, dtype)], backend=backend,
                               weighted=weighted)[0]
-    return _units.attach(res.astype(out_dtype), want)
+    return res.astype(out_dtype)
 
 
 def csr_delay_deliver(ring, events, data, indices, indptr, delays, t, *, shape, weighted: Optional[bool] = None,

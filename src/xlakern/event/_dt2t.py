@@ -41,6 +41,7 @@ import numpy as np
 from .. import XLACustomKernel
 from . import _jitc, _units
 from . import _jitc_kernels as JK
+from ._eager import run_fused
 from ._errors import EventDTypeError, EventShapeError, EventTracedError
 from ._kernels import SDS, acc_dtype, synapse_cpu_module, synapse_cuda_module, synapse_rows
 from ._ops import _described, _index, _shape2, _weights
@@ -115,12 +116,10 @@ csrmm_dt2t_p = _csr_dt2t_primitive("csrmm_dt2t")
 # ----------------------------------------------------------------------------- CSR / CSC
 
 def _float_pair(name, y, w, y_arg="y", w_arg="w"):
-    """y and w as floats of one dtype, and their units."""
-    y, unit_y = _units.split(y)
-    w, unit_w = _units.split(w)
+    """y and w (unitless) as floats of one dtype."""
     y, w = _weights(name, y_arg, y), _weights(name, w_arg, w)
     dtype = jnp.promote_types(y.dtype, w.dtype)
-    return y.astype(dtype), w.astype(dtype), unit_y, unit_w
+    return y.astype(dtype), w.astype(dtype)
 
 
 def _check_y(name, y, n, mm, transpose, shape):
@@ -133,8 +132,14 @@ def _check_y(name, y, n, mm, transpose, shape):
 
 
 def _compressed_dt2t(name, mm, csc, y, w, indices, indptr, shape, transpose, backend):
-    y, w, unit_y, unit_w = _float_pair(name, y, w)
-    shape = _shape2(name, shape)
+    (y, unit_y), (w, unit_w) = _units.split(y), _units.split(w)
+    static = dict(name=name, mm=mm, csc=csc, shape=_shape2(name, shape), transpose=bool(transpose), backend=backend)
+    return _units.attach(run_fused(_compressed_body, (y, w, indices, indptr), static), unit_y, unit_w)
+
+
+def _compressed_body(y, w, indices, indptr, *, name, mm, csc, shape, transpose, backend):
+    """_compressed_dt2t past its units: outside a trace, one jitted program (:func:`run_fused`)."""
+    y, w = _float_pair(name, y, w)
     indices = _index(name, "indices", indices)
     indptr = _index(name, "indptr", indptr)
     n_ptr = shape[1] if csc else shape[0]
@@ -151,11 +156,10 @@ def _compressed_dt2t(name, mm, csc, y, w, indices, indptr, shape, transpose, bac
                               f"{'a row of ' if mm else ''}one value per stored synapse"
                               f"{' for each batch row of y' if mm else ''}")
     # CSC arrays of a (rows, cols) matrix are the CSR arrays of its (cols, rows) transpose
-    view_shape, view_transpose = (shape[::-1], not transpose) if csc else (shape, bool(transpose))
+    view_shape, view_transpose = (shape[::-1], not transpose) if csc else (shape, transpose)
     op = csrmm_dt2t_p if mm else csrmv_dt2t_p
-    res = op(y, w, indices, indptr.astype(indices.dtype), outs=[SDS(w.shape, acc_dtype(w.dtype))], backend=backend,
-             shape=tuple(view_shape), transpose=view_transpose)[0].astype(w.dtype)
-    return _units.attach(res, unit_y, unit_w)
+    return op(y, w, indices, indptr.astype(indices.dtype), outs=[SDS(w.shape, acc_dtype(w.dtype))], backend=backend,
+              shape=tuple(view_shape), transpose=view_transpose)[0].astype(w.dtype)
 
 
 def csrmv_dt2t(y, w, indices, indptr, *, shape, transpose: bool = False, backend: Optional[str] = None):
@@ -215,8 +219,14 @@ def cscmm_dt2t(y, w, indices, indptr, *, shape, transpose: bool = False, backend
 # ----------------------------------------------------------------------------- fixed count per row
 
 def _fcn_dt2t(name, mm, weights, indices, y, shape, transpose):
-    y, weights, unit_y, unit_w = _float_pair(name, y, weights, w_arg="weights")
-    shape = _shape2(name, shape)
+    (y, unit_y), (weights, unit_w) = _units.split(y), _units.split(weights)
+    static = dict(name=name, mm=mm, shape=_shape2(name, shape), transpose=bool(transpose))
+    return _units.attach(run_fused(_fcn_body, (weights, indices, y), static), unit_w, unit_y)
+
+
+def _fcn_body(weights, indices, y, *, name, mm, shape, transpose):
+    """_fcn_dt2t past its units: outside a trace, one jitted program (:func:`run_fused`)."""
+    y, weights = _float_pair(name, y, weights, w_arg="weights")
     rows, cols = shape
     indices = _index(name, "indices", indices)
     if indices.ndim != 2 or indices.shape[0] != rows:
@@ -234,7 +244,7 @@ def _fcn_dt2t(name, mm, weights, indices, y, shape, transpose):
     else:
         pos, ok = jnp.broadcast_to(jnp.arange(rows)[:, None], indices.shape), True
     # a gather-multiply that XLA fuses; jax differentiates it directly, so no primitive is needed
-    return _units.attach(gather_product(y, weights, pos, ok), unit_w, unit_y)
+    return gather_product(y, weights, pos, ok)
 
 
 def fcnmv_dt2t(weights, indices, y, *, shape, transpose: bool):

@@ -13,13 +13,17 @@ Example::
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
-from typing import Any, Callable
+import logging
+import threading
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
 
-from .._compat import Tracer
+from .._compat import Tracer, jit_placement_key, trace_state_clean
 from ..errors import XlakernError
 
 # Values jit takes as they are; anything else (a list, a string, an object) goes the plain way, so the
@@ -29,6 +33,36 @@ _PLAIN = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
 def _concrete(leaf: Any) -> bool:
     return isinstance(leaf, _PLAIN) and not isinstance(leaf, Tracer)
+
+
+# Python numbers given to an operator (plasticity's bounds, a shared weight, a delay's step) as the weak-typed
+# arrays jit would make of them, kept for the next call: jit copies a Python number to the device on every
+# call, about 20-40 µs each on an H200 host, where a kept array costs nothing. A bounded LRU, since a
+# number that changes each call (a step counter) would otherwise fill it.
+_NUMBERS: "collections.OrderedDict[tuple, jax.Array]" = collections.OrderedDict()
+_NUMBERS_KEPT = 256
+_numbers_lock = threading.Lock()
+
+
+def _kept_number(x: Any) -> Any:
+    kind = type(x)
+    if kind not in (bool, int, float) or not trace_state_clean():
+        return x
+    key = (kind, x.hex() if kind is float else x, jit_placement_key())  # hex: -0.0 is not 0.0
+    with _numbers_lock:
+        arr = _NUMBERS.get(key)
+        if arr is not None:
+            _NUMBERS.move_to_end(key)
+            return arr
+    try:
+        arr = jax.device_put(x)  # weak-typed, as jit takes a Python number: the same program
+    except (OverflowError, TypeError):
+        return x  # (an int too wide for 32 bits: jit's own error, from the call)
+    with _numbers_lock:
+        _NUMBERS[key] = arr
+        while len(_NUMBERS) > _NUMBERS_KEPT:
+            _NUMBERS.popitem(last=False)
+    return arr
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,8 +81,37 @@ def run_fused(impl: Callable, dynamic: tuple, static: dict) -> Any:
     except TypeError:
         return impl(*dynamic, **static)
     try:
-        return _jitted(impl, tuple(sorted(static)))(*dynamic, **static)
+        return _jitted(impl, tuple(sorted(static)))(*jax.tree_util.tree_map(_kept_number, dynamic), **static)
     except XlakernError:
         # Raised again by the plain call, as it always was: without the note jax adds to an error
         # that crossed jit (and were some check to need concrete values, the plain call answers).
         return impl(*dynamic, **static)
+
+
+@contextlib.contextmanager
+def compiled_programs() -> Iterator[list]:
+    """The names of the XLA programs jax compiles inside the block (``jax.log_compiles``' records), in a
+    list that fills while the block runs: how the tests and ``bench/bench_eager.py`` count an eager
+    call's programs.
+
+    Example::
+
+        with compiled_programs() as names:
+            xlakern.binary_csrmv(data, indices, indptr, spikes, shape=shape)
+        assert len(names) <= 1
+    """
+    names: list = []
+
+    class Log(logging.Handler):
+        def emit(self, record):
+            text = record.getMessage()
+            if text.startswith("Compiling "):
+                names.append(text.split()[1])
+
+    handler, logger = Log(logging.DEBUG), logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            yield names
+    finally:
+        logger.removeHandler(handler)

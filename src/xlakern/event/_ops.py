@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from . import _kernels as K
 from . import _units
+from ._eager import run_fused
 from ._errors import EventDTypeError, EventShapeError
 
 _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
@@ -104,10 +105,6 @@ def _check_spikes(name: str, arg: str, v, n: int, mm: bool, transpose: bool):
                               f"for transpose={transpose}")
 
 
-def _finish(res, out_dtype, *units):
-    return _units.attach(res.astype(out_dtype), *units)
-
-
 def _prepare_values(name, data, v, binary):
     """Weights (float), spikes and the dtype of the result: the weights', whatever the spikes' dtype, as
     BrainEvent 0.3's operators return (so float64 events under x64 do not turn a float32 network's
@@ -121,10 +118,17 @@ def _prepare_values(name, data, v, binary):
 
 
 def _sparse_call(name, binary, mm, data, indices, indptr, v, shape, transpose, backend, nconn_layout, perm=None):
-    """One CSR / fixed-count product, validated; ``perm`` (CSR only): slot ``p`` weighs ``data[perm[p]]``."""
+    """One CSR / fixed-count product, validated; ``perm`` (CSR only): slot ``p`` weighs ``data[perm[p]]``.
+    Outside a trace it runs as one jitted program (:func:`run_fused`)."""
     data, unit_d = _units.split(data)
     v, unit_v = _units.split(v)
-    shape = _shape2(name, shape)
+    static = dict(name=name, binary=binary, mm=mm, shape=_shape2(name, shape), transpose=bool(transpose),
+                  backend=backend, nconn_layout=nconn_layout)
+    res = run_fused(_sparse_body, (data, indices, indptr, v, perm), static)
+    return _units.attach(res, unit_d, unit_v)
+
+
+def _sparse_body(data, indices, indptr, v, perm, *, name, binary, mm, shape, transpose, backend, nconn_layout):
     rows, cols = shape
     data, v, out_dtype = _prepare_values(name, data, v, binary)
     indices = _index(name, "indices", indices)
@@ -161,15 +165,14 @@ def _sparse_call(name, binary, mm, data, indices, indptr, v, shape, transpose, b
     out = K.SDS((n_out,) + tuple(v.shape[1:]), K.acc_dtype(data.dtype))
     if nconn_layout:
         op = K.FCN_OPS.ops[(binary, mm)]
-        res = op(data, indices, v, outs=[out], backend=backend, shape=shape, transpose=bool(transpose))[0]
+        res = op(data, indices, v, outs=[out], backend=backend, shape=shape, transpose=transpose)[0]
     elif perm is not None:
         op = K.CSR_INDEXED_OPS.ops[(binary, mm)]
-        res = op(data, indices, indptr, perm, v, outs=[out], backend=backend, shape=shape,
-                 transpose=bool(transpose))[0]
+        res = op(data, indices, indptr, perm, v, outs=[out], backend=backend, shape=shape, transpose=transpose)[0]
     else:
         op = K.CSR_OPS.ops[(binary, mm)]
-        res = op(data, indices, indptr, v, outs=[out], backend=backend, shape=shape, transpose=bool(transpose))[0]
-    return _finish(res, out_dtype, unit_d, unit_v)
+        res = op(data, indices, indptr, v, outs=[out], backend=backend, shape=shape, transpose=transpose)[0]
+    return res.astype(out_dtype)
 
 
 def binary_csrmv(data, indices, indptr, v, *, shape, transpose: bool = False, backend: Optional[str] = None,
@@ -268,6 +271,11 @@ def fcnmm(weights, indices, matrix, *, shape, transpose: bool = False, backend: 
 def _dense_call(name, mm, weights, spikes, transpose, backend, weighted):
     weights, unit_w = _units.split(weights)
     spikes, unit_s = _units.split(spikes)
+    static = dict(name=name, mm=mm, transpose=bool(transpose), backend=backend, weighted=weighted)
+    return _units.attach(run_fused(_dense_body, (weights, spikes), static), unit_w, unit_s)
+
+
+def _dense_body(weights, spikes, *, name, mm, transpose, backend, weighted):
     weights, spikes, out_dtype = _prepare_values(name, weights, spikes, not weighted)
     if weights.ndim != 2:
         raise EventShapeError(f"{name}: weights has shape {tuple(weights.shape)}; expected a (rows, cols) matrix")
@@ -276,8 +284,8 @@ def _dense_call(name, mm, weights, spikes, transpose, backend, weighted):
     n_out = cols if transpose else rows
     out = K.SDS((n_out,) + tuple(spikes.shape[1:]), K.acc_dtype(weights.dtype))
     op = K.DENSE_OPS.ops[(not weighted, mm)]
-    res = op(weights, spikes, outs=[out], backend=backend, transpose=bool(transpose))[0]
-    return _finish(res, out_dtype, unit_w, unit_s)
+    res = op(weights, spikes, outs=[out], backend=backend, transpose=transpose)[0]
+    return res.astype(out_dtype)
 
 
 def binary_densemv(weights, spikes, *, transpose: bool, backend: Optional[str] = None, weighted: bool = False):

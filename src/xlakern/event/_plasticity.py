@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import XLACustomKernel
 from . import _units
+from ._eager import run_fused
 from ._errors import EventArgumentError, EventDTypeError, EventShapeError
 from ._kernels import kernel_module, rows_for, SDS, slot_rows, synapse_rows
 from ._ops import _index, _shape2
@@ -175,19 +176,25 @@ def _concrete_bound(x) -> Optional[float]:
     return float(value.reshape(())) if value.size == 1 else None
 
 
-def _bounds(name, lo, hi, dtype):
-    """[w_min, w_max] as the kernels take them. A w_min above w_max is refused where both are known; a
-    traced one is lowered to w_max, so every backend sets the synapses it touches to w_max, as jnp.clip
-    does (the kernels' and the jnp reference's clips would otherwise differ there)."""
+def _checked_bounds(name, lo, hi) -> bool:
+    """Whether both bounds are known now; a w_min above w_max is refused then."""
     for arg, x in (("w_min", lo), ("w_max", hi)):
         if np.size(x) != 1:
             raise EventShapeError(f"{name}: {arg} has shape {np.shape(x)}; it must be one number (or None)")
     lo_value, hi_value = _concrete_bound(lo), _concrete_bound(hi)
-    if lo_value is not None and hi_value is not None:
-        if lo_value > hi_value:
-            raise EventArgumentError(f"{name}: w_min ({lo_value:g}) is above w_max ({hi_value:g}); the weights are "
-                                     f"clipped to [w_min, w_max], so w_min must not exceed w_max")
-    else:
+    if lo_value is None or hi_value is None:
+        return False
+    if lo_value > hi_value:
+        raise EventArgumentError(f"{name}: w_min ({lo_value:g}) is above w_max ({hi_value:g}); the weights are "
+                                 f"clipped to [w_min, w_max], so w_min must not exceed w_max")
+    return True
+
+
+def _bounds(name, lo, hi, dtype):
+    """[w_min, w_max] as the kernels take them. A w_min above w_max is refused where both are known; a
+    traced one is lowered to w_max, so every backend sets the synapses it touches to w_max, as jnp.clip
+    does (the kernels' and the jnp reference's clips would otherwise differ there)."""
+    if not _checked_bounds(name, lo, hi):
         lo = jnp.minimum(jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
     return jnp.stack([jnp.asarray(lo, dtype).reshape(()), jnp.asarray(hi, dtype).reshape(())])
 
@@ -195,10 +202,24 @@ def _bounds(name, lo, hi, dtype):
 def _update(name, weight, indices, indptr, perm, spikes, trace, w_min, w_max, *, nrows, ncols, nconn, mode,
             row_stride=0, col_stride=0, backend=None, at_index=False):
     """The update through plasticity_update_p, or (``at_index``: spikes of the ``ncols`` index neurons,
-    a trace of the ``nrows`` stored rows) through :func:`update_at_index`."""
+    a trace of the ``nrows`` stored rows) through :func:`update_at_index`. Units and the order of the
+    bounds are settled here; outside a trace the rest runs as one jitted program (:func:`run_fused`),
+    where the bounds are traced: so they are checked first."""
+    weight, unit = _units.split(weight)
+    trace = _in_unit(name, "the trace", trace, unit)
+    lo = -np.inf if w_min is None else _in_unit(name, "w_min", w_min, unit)
+    hi = np.inf if w_max is None else _in_unit(name, "w_max", w_max, unit)
+    _checked_bounds(name, lo, hi)
+    static = dict(name=name, nrows=int(nrows), ncols=int(ncols), nconn=int(nconn), mode=mode,
+                  row_stride=int(row_stride), col_stride=int(col_stride), backend=backend, at_index=at_index)
+    res = run_fused(_update_body, (weight, indices, indptr, perm, spikes, trace, lo, hi), static)
+    return _units.attach(res, unit)
+
+
+def _update_body(weight, indices, indptr, perm, spikes, trace, lo, hi, *, name, nrows, ncols, nconn, mode,
+                 row_stride, col_stride, backend, at_index):
     if at_index:  # the checks below read spikes at rows and the trace at columns
         nrows, ncols = ncols, nrows
-    weight, unit = _units.split(weight)
     weight = jnp.asarray(weight)
     if not jnp.issubdtype(weight.dtype, jnp.floating):
         raise EventDTypeError(f"{name}: weight has dtype {weight.dtype}; plasticity needs float weights")
@@ -207,11 +228,9 @@ def _update(name, weight, indices, indptr, perm, spikes, trace, w_min, w_max, *,
     spikes = jnp.asarray(spikes)
     if spikes.shape != (nrows,):
         raise EventShapeError(f"{name}: the spikes have shape {tuple(spikes.shape)}; expected ({nrows},)")
-    trace = jnp.asarray(_in_unit(name, "the trace", trace, unit), dtype)
+    trace = jnp.asarray(trace, dtype)
     if trace.shape != (ncols,):
         raise EventShapeError(f"{name}: the trace has shape {tuple(trace.shape)}; expected ({ncols},)")
-    lo = -jnp.inf if w_min is None else _in_unit(name, "w_min", w_min, unit)
-    hi = jnp.inf if w_max is None else _in_unit(name, "w_max", w_max, unit)
     bounds = _bounds(name, lo, hi, dtype)
     if mode == SPARSE:
         indices = _index(name, "indices", indices)
@@ -240,12 +259,12 @@ def _update(name, weight, indices, indptr, perm, spikes, trace, w_min, w_max, *,
     if at_index:
         res = update_at_index(name, weight.astype(dtype), indices, indptr.astype(indices.dtype), spikes, trace,
                               bounds, backend=backend)
-        return _units.attach(res.astype(out_dtype), unit)
+        return res.astype(out_dtype)
     res = plasticity_update_p(weight.astype(dtype), indices, indptr, perm.astype(indices.dtype), spikes, trace,
                               bounds, outs=[SDS(weight.shape, dtype)], backend=backend, ncols=int(ncols),
                               nconn=int(nconn), mode=mode, row_stride=int(row_stride), col_stride=int(col_stride),
                               permuted=bool(permuted))[0]
-    return _units.attach(res.astype(out_dtype), unit)
+    return res.astype(out_dtype)
 
 
 def update_on_index_spikes(name, weight, indices, indptr, row_trace, index_spike, w_min, w_max, *, nrows, ncols,
