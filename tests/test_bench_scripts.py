@@ -118,3 +118,14 @@ def test_bench_first_call_runs(tmp_path):
     (table,) = json.loads(js.read_text())["tables"]
     cell = table["data"][0]["xlakern"]
     assert cell["cold_s"] > 0 and len(cell["warm_s"]) == 1 and cell["max_abs_err"] <= 1e-3, cell
+
+
+def test_bench_eager_runs(tmp_path):
+    """Every case at one small size on the CPU, each result checked against NumPy by the script."""
+    js = tmp_path / "eager.json"
+    text = _run(["bench/bench_eager.py", "--platforms", "cpu", "--sizes", "500", "--runs", "3", "--budget", "0.2",
+                 "--json", str(js)], tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith("| 500 |")]
+    assert len(rows) == 7 and all(r.endswith("| ok |") for r in rows), rows
+    (table,) = json.loads(js.read_text())["tables"]
+    assert all(d["xlakern_s"] > 0 and d["programs"]["xk"] <= 1 for d in table["data"]), table["data"]
