@@ -47,8 +47,7 @@ def network(n: int, seed: int = 7) -> dict[str, Any]:
     csc_ptr = np.zeros(n + 1, np.int32)
     np.cumsum(np.bincount(idx.reshape(-1), minlength=n), out=csc_ptr[1:])
     spk = rng.random(n) < RATE
-    host = dict(w=w, idx=idx.reshape(-1), rows=rows, spk=spk, csc_rows=rows[order], perm=order,
-                trace=rng.uniform(-0.1, 0.1, n).astype(np.float32))
+    host = dict(w=w, idx=idx.reshape(-1), rows=rows, spk=spk, trace=rng.uniform(-0.1, 0.1, n).astype(np.float32))
     dev = {k: jax.device_put(v) for k, v in dict(w=w, idx=idx.reshape(-1), indptr=indptr, fidx=idx,
                                                    fw=w.reshape(n, K), spk=spk, csc_idx=rows[order].astype(np.int32),
                                                    csc_ptr=csc_ptr, perm=order.astype(np.int32),

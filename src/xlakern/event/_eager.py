@@ -37,7 +37,7 @@ def _concrete(leaf: Any) -> bool:
 
 # Python numbers given to an operator (plasticity's bounds, a shared weight, a delay's step) as the weak-typed
 # arrays jit would make of them, kept for the next call: jit copies a Python number to the device on every
-# call, about 20-40 µs each on an H200 host, where a kept array costs nothing. A bounded LRU, since a
+# call (on a GPU, a host-to-device transfer), where a kept array costs nothing. A bounded LRU, since a
 # number that changes each call (a step counter) would otherwise fill it.
 _NUMBERS: "collections.OrderedDict[tuple, jax.Array]" = collections.OrderedDict()
 _NUMBERS_KEPT = 256
