@@ -5,6 +5,7 @@
 
 #include "python_hooks.h"
 #include "xlakern/ffi_thread_pool.h"
+#include "xlakern/parallel_run.h"  // the runtime's one definition of the pooled parallel_for (parallel_zero)
 
 namespace xlakern {
 

@@ -240,6 +240,11 @@ def test_modules_with_the_same_entry_points_share_one_handler_object_and_keep_th
     a = xlakern.load_cpp_inline(unique_name("twin_a"), TWIN)
     b = xlakern.load_cpp_inline(unique_name("twin_b"), TWIN)
     assert len(compiles_of(log, "xlakern_handlers.cc")) == 1
+    other = xlakern.load_cpp_inline(unique_name("twin_other"), scale_kernel("g", "2.0f"))  # other entry points
+    assert len(compiles_of(log, "xlakern_handlers.cc")) == 2
+    assert len(compiles_of(log, "xlakern_pool.cc")) == 1  # parallel_for's pool: one object for every module
+    x = rng.standard_normal(40).astype(np.float32)
+    np.testing.assert_allclose(call(other, "g", x), 2.0 * x.astype(np.float64), rtol=1e-6)
     x = rng.standard_normal(33).astype(np.float32)
     for mod, k in ((a, 1.5), (b, 0.25)):
         np.testing.assert_allclose(mod.scaled(x, outs=SDS(x.shape, x.dtype), k=k), k * x.astype(np.float64),
@@ -328,7 +333,7 @@ def test_max_jobs_limits_parallel_compiles(tmp_path, monkeypatch, env, limit):
     finally:
         xlakern.set_cache_dir(None)
     seen = [int(n) for n in log.read_text().split()]
-    assert len(seen) == 5  # four sources and the generated handlers
+    assert len(seen) == 6  # four sources, the generated handlers and parallel_for's pool unit
     assert max(seen) <= limit
     if limit > 1:
         assert max(seen) >= 2, "compiles should overlap when allowed"

@@ -9,11 +9,18 @@
 // run on XLA's intra-op thread pool; elsewhere (no pool, one thread, or n <=
 // grain) the loop runs serially on the calling thread. An exception thrown by
 // `fn` is rethrown on the calling thread after every started range finished.
+//
+// The pooled half (detail::parallel_run) is defined once per library, in
+// xlakern/parallel_run.h: every C++ module that xlakern's loaders build links a
+// unit they generate for it. A library of your own built against these headers
+// (xlakern.include_dir()) includes xlakern/parallel_run.h in one of its units.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 
@@ -38,12 +45,6 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
 }  // namespace xk
 
 #else
-
-#include <atomic>
-#include <condition_variable>
-#include <exception>
-#include <memory>
-#include <mutex>
 
 namespace xk {
 namespace detail {
@@ -81,50 +82,17 @@ class ThreadPoolScope {
   ThreadPoolRef* saved_;
 };
 
-// Shared by the caller and the helper tasks. Every participant claims chunks
-// from `next` until none is left, so the caller never waits for a task that
-// has not started: it only waits for chunks already being run. Tasks that
-// start late find nothing to claim and only drop their reference, which is
-// why the state is reference counted rather than living on the caller's stack.
-struct ParallelForState {
-  int64_t n = 0;
-  int64_t chunk = 0;
-  int64_t num_chunks = 0;
-  void (*run_range)(void* fn, int64_t begin, int64_t end) = nullptr;
-  void* fn = nullptr;
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-  std::mutex mutex;
-  std::condition_variable all_done;
-  std::exception_ptr error;
-
-  void work() {
-    for (;;) {
-      int64_t c = next.fetch_add(1, std::memory_order_relaxed);
-      if (c >= num_chunks) return;
-      int64_t begin = c * chunk;
-      int64_t end = n - begin > chunk ? begin + chunk : n;  // no overflow near INT64_MAX
-      try {
-        run_range(fn, begin, end);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
-      }
-      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == num_chunks) {
-        std::lock_guard<std::mutex> lock(mutex);
-        all_done.notify_all();
-      }
-    }
-  }
-};
-
-struct ParallelForTask {
-  std::shared_ptr<ParallelForState> state;
-  static void run(void* arg) {
-    std::unique_ptr<ParallelForTask> self(static_cast<ParallelForTask*>(arg));
-    self->state->work();
-  }
-};
+// Runs run_range(fn, begin, end) over [0, n) in chunks of `chunk` on the current
+// pool, with the calling thread taking chunks too; returns once every chunk has
+// run, rethrowing the first exception. Defined once per library, out of line, in
+// xlakern/parallel_run.h: the pool's bookkeeping needs <mutex>, <condition_variable>,
+// <memory> and <atomic>, which cost each translation unit that included them about
+// 0.3 s of g++'s time, and its code was compiled again for every parallel_for body.
+#if defined(__GNUC__)
+__attribute__((visibility("hidden")))
+#endif
+void parallel_run(int64_t n, int64_t chunk, int64_t threads, void (*run_range)(void* fn, int64_t begin, int64_t end),
+                  void* fn);
 
 }  // namespace detail
 
@@ -150,39 +118,11 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
   // About four chunks per thread balances uneven work without tiny chunks.
   // (Divisions are written so that n near INT64_MAX cannot overflow.)
   const int64_t parts = threads * 4;
-  int64_t chunk = std::max(grain, n / parts + (n % parts != 0));
-  auto state = std::make_shared<detail::ParallelForState>();
-  state->n = n;
-  state->chunk = chunk;
-  state->num_chunks = n / chunk + (n % chunk != 0);
+  const int64_t chunk = std::max(grain, n / parts + (n % parts != 0));
   using Fn = std::remove_reference_t<F>;
-  state->fn = const_cast<void*>(static_cast<const void*>(&fn));
-  state->run_range = [](void* f, int64_t begin, int64_t end) {
-    (*static_cast<Fn*>(f))(begin, end);
-  };
-  detail::ThreadPoolRef* pool = detail::current_thread_pool();
-  int64_t helpers = std::min(threads, state->num_chunks) - 1;
-  std::exception_ptr schedule_error;
-  try {
-    for (int64_t i = 0; i < helpers; ++i) {
-      auto task = std::make_unique<detail::ParallelForTask>(detail::ParallelForTask{state});
-      pool->schedule(pool->pool, &detail::ParallelForTask::run, task.get());
-      task.release();  // the pool owns it now
-    }
-  } catch (...) {
-    // Tasks already handed out may be running `fn`: finish every chunk and
-    // wait for them before reporting, so nothing touches `fn` after we return.
-    schedule_error = std::current_exception();
-  }
-  state->work();
-  {
-    std::unique_lock<std::mutex> lock(state->mutex);
-    state->all_done.wait(lock, [&] {
-      return state->done.load(std::memory_order_acquire) == state->num_chunks;
-    });
-  }
-  if (state->error) std::rethrow_exception(state->error);
-  if (schedule_error) std::rethrow_exception(schedule_error);
+  detail::parallel_run(n, chunk, threads,
+                       [](void* f, int64_t begin, int64_t end) { (*static_cast<Fn*>(f))(begin, end); },
+                       const_cast<void*>(static_cast<const void*>(&fn)));
 }
 
 namespace detail {

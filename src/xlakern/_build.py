@@ -13,7 +13,8 @@ Two levels of content addressing:
   the headers it read. Editing one file of a module therefore recompiles one object; the others,
   and the generated handlers, are reused across module keys. The generated handlers name no
   module, so modules with the same entry points share one handler object; each library gets its
-  name from a one-line unit the link compiles (``_codegen.module_name_unit``).
+  name from a one-line unit the link compiles (``_codegen.module_name_unit``). Every C++ module
+  also links ``_codegen.POOL_UNIT`` (parallel_for's pool), the same object for all of them.
 
 Compilers run with stdin closed, at most ``$XLAKERN_MAX_JOBS`` (or ``$MAX_JOBS``) at a time,
 each in its own process group so a timeout (``$XLAKERN_BUILD_TIMEOUT``) or Ctrl-C kills it
@@ -352,7 +353,7 @@ def clear_objects(root: Path) -> int:
 
 @dataclasses.dataclass
 class _Step:
-    what: str  # "compile <label>", "compile generated handlers" or "link"
+    what: str  # "compile <label>", "compile generated handlers", "compile generated pool" or "link"
     command: list[str]
     label: str
     output: Path
@@ -567,14 +568,19 @@ class Builder:
             steps.append(step)
         glue_text = _codegen.generate_glue(self.entries, self.options.platform,
                                            allow_cuda_graph=self.options.allow_cuda_graph).encode()
-        glue, glue_obj, glue_dep = work / "xlakern_handlers.cc", work / "xlakern_handlers.o", work / "xlakern_handlers.d"
-        glue.write_bytes(glue_text)
-        step = _Step("compile generated handlers",
-                     [*self.host.command, *self._host_flags(), "-MMD", "-MF", str(glue_dep), "-c", str(glue),
-                      "-o", str(glue_obj)], "generated handlers", glue_obj, glue_dep)
-        step.manifest_key = self._manifest_key(step, work, glue_text)
-        steps.append(step)
+        steps.append(self._generated_step(work, "xlakern_handlers", glue_text, "generated handlers"))
+        if self.options.platform == "cpu":  # nvcc's units run parallel_for serially: CUDA modules need no pool
+            steps.append(self._generated_step(work, "xlakern_pool", _codegen.POOL_UNIT.encode(), "generated pool"))
         return steps
+
+    def _generated_step(self, work: Path, stem: str, text: bytes, label: str) -> _Step:
+        """The compile of one unit xlakern writes itself (host compiler)."""
+        src, obj, dep = work / f"{stem}.cc", work / f"{stem}.o", work / f"{stem}.d"
+        src.write_bytes(text)
+        step = _Step(f"compile {label}", [*self.host.command, *self._host_flags(), "-MMD",
+                                          "-MF", str(dep), "-c", str(src), "-o", str(obj)], label, obj, dep)
+        step.manifest_key = self._manifest_key(step, work, text)
+        return step
 
     def _read_headers(self, step: _Step, work: Path) -> dict[str, str]:
         try:
@@ -653,7 +659,7 @@ class Builder:
     def _report_output(self, step: _Step, output: str, work: Path) -> None:
         text = output.replace(str(work) + os.sep, "").strip()
         if text:  # warnings (or notes) of a successful step; the generated code's are ours, not the user's
-            level = logging.DEBUG if step.label == "generated handlers" else logging.WARNING
+            level = logging.DEBUG if step.label.startswith("generated ") else logging.WARNING
             log.log(level, "module '%s', %s:\n%s", self.name, step.what, text)
 
     def _fail(self, failures, work: Path) -> None:
