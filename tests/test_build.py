@@ -259,6 +259,23 @@ def test_modules_with_the_same_entry_points_share_one_handler_object_and_keep_th
             jax.block_until_ready(jax.ffi.ffi_call(f"{mod.name}.scaled", SDS(x.shape, x.dtype))(x))
 
 
+@pytest.mark.parametrize("level, glue_level", [(3, 2), (1, 1)])
+def test_generated_units_compile_at_most_at_O2(fresh_cache, tmp_path, monkeypatch, rng, level, glue_level):
+    # The user's units take the module's -O level; the handlers' and the pool's units take it up to -O2
+    # (_GLUE_MAX_LEVEL).
+    wrapper, log = counting_wrapper(tmp_path, REAL_CXX)
+    monkeypatch.setenv("CXX", str(wrapper))
+    mod = xlakern.load_cpp_inline(unique_name("glue_level"), scale_kernel("f", "3.0f"), optimization_level=level)
+    generated = compiles_of(log, "xlakern_handlers.cc") + compiles_of(log, "xlakern_pool.cc")
+    (user,) = [c for c in compiles_of(log, "-c") if c not in generated]
+    assert len(generated) == 2
+    for command in generated:
+        assert [w for w in command.split() if w.startswith("-O")] == [f"-O{glue_level}"]
+    assert [w for w in user.split() if w.startswith("-O")] == [f"-O{level}"]
+    x = rng.standard_normal(29).astype(np.float32)
+    np.testing.assert_allclose(call(mod, "f", x), 3.0 * x.astype(np.float64), rtol=1e-6)
+
+
 def test_load_cpp_dir_rejects_a_bad_directory(tmp_path):
     with pytest.raises(xlakern.XlakernError, match="not a directory"):
         xlakern.load_cpp_dir(tmp_path / "missing")
