@@ -6,13 +6,16 @@ Usage::
     python bench/bench_first_call.py                        # Markdown tables on stdout
     python bench/bench_first_call.py --json out.json        # ... and the same tables as JSON
     python bench/bench_first_call.py --platforms cpu --repeats 2 --cases "s @ CSR"
+    python bench/bench_first_call.py --platforms cpu --cold-repeats 5   # cold figures as medians
 
 Each cell is one ``python -c`` subprocess that imports jax and the library, builds a 4,000-neuron
 CSR (80 synapses a row, float32 weights, int32 indices) from NumPy, and makes the case's first jitted
 call (its block_until_ready included); the figure is that call's wall time, the layout's construction
-included, the library's import not. "cold": empty build caches (xlakern's, BrainEvent's and Numba's, in a
-fresh temporary directory); "warm": the next processes on the caches the cold one filled (median of
-``--repeats``).
+included, the library's import and the float64 NumPy reference not (until session 75 the reference matrix,
+about 0.3 s, was built inside the timed part, in every arm). "cold": empty build caches (xlakern's,
+BrainEvent's and Numba's, in a fresh temporary directory), the median of ``--cold-repeats`` processes, each
+on caches of its own, the arms in turns; "warm": the next processes on the caches the first cold one filled
+(median of ``--repeats``).
 
 Arms:
 
@@ -65,9 +68,15 @@ n, k = 4000, 80
 idx = np.sort(rng.integers(0, n, (n, k)), axis=1).astype(np.int32)
 indptr = (np.arange(n + 1) * k).astype(np.int32)
 w = rng.random(n * k, dtype=np.float32)
-dense = np.zeros((n, n))
-np.add.at(dense, (np.repeat(np.arange(n), k), idx.reshape(-1)), w.astype(np.float64))
 spk = rng.random(n) < 0.05
+
+
+def dense():  # the float64 reference matrix, built after the timed call
+    m = np.zeros((n, n))
+    np.add.at(m, (np.repeat(np.arange(n), k), idx.reshape(-1)), w.astype(np.float64))
+    return m
+
+
 if case == "JITC s @ W":
     out = be.binary_jitsmv(0.5, 0.02, jnp.asarray(spk), 1234, shape=(n, n), transpose=True)
     got = np.asarray(jax.block_until_ready(out), np.float64)
@@ -83,15 +92,17 @@ else:
     s = jnp.asarray(spk)
     if case == "s @ CSR":
         got = np.asarray(jax.block_until_ready(jax.jit(lambda s: be.BinaryArray(s) @ csr)(s)), np.float64)
-        want = spk.astype(np.float64) @ dense
+        t1 = time.perf_counter()
+        want = spk.astype(np.float64) @ dense()
     elif case == "CSR @ s":
         got = np.asarray(jax.block_until_ready(jax.jit(lambda s: csr @ be.BinaryArray(s))(s)), np.float64)
-        want = dense @ spk.astype(np.float64)
+        t1 = time.perf_counter()
+        want = dense() @ spk.astype(np.float64)
     else:
         g = jax.jit(jax.grad(lambda data, s: (be.BinaryArray(s) @ csr.with_data(data)).sum()))
         got = np.asarray(jax.block_until_ready(g(jnp.asarray(w), s)), np.float64)
+        t1 = time.perf_counter()
         want = np.repeat(spk.astype(np.float64), k)  # d/dw of sum_j sum_i s_i w_ij: s of the row
-    t1 = time.perf_counter()
 print("RESULT", t1 - t0, float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf"))
 """
 
@@ -101,38 +112,60 @@ def run_worker(module: str, platform: str, case: str, env: dict[str, str], timeo
     return result_worker(WORKER, [module, platform, case], env, timeout)
 
 
-def section(platform: str, cases: list[str], arms: list[str], repeats: int, timeout: float) -> list[Table]:
+def section(platform: str, cases: list[str], arms: list[str], repeats: int, cold_repeats: int,
+            timeout: float) -> list[Table]:
     t = Table(f"first_call_{platform}", f"First event product in a fresh process, {platform}",
               ["case", "caches", *arms],
-              "Wall time of the first jitted call, layout construction included, import excluded. cold: empty "
-              f"build caches; warm: the next processes (median of {repeats}). Checked against float64 NumPy.")
+              "Wall time of the first jitted call, layout construction included, import and the NumPy reference "
+              f"excluded. cold: empty build caches (median of {cold_repeats} processes, each on caches of its own, "
+              f"the arms in turns); warm: the next processes on the first cold one's caches (median of {repeats}). "
+              "Checked against float64 NumPy.")
+    runnable = [a for a in arms if not (ARMS[a][0] == "brainevent" and BE_ERROR)]
     for case in cases:
         cells: dict[str, dict[str, str]] = {"cold": {}, "warm": {}}
         data: dict[str, Any] = {"case": case, "platform": platform}
         for arm in arms:
-            module, extra = ARMS[arm]
-            if module == "brainevent" and BE_ERROR:
+            if arm not in runnable:
                 cells["cold"][arm] = cells["warm"][arm] = BE_ERROR
-                continue
-            log(f"{platform} {case}: {arm}")
-            try:
-                with tempfile.TemporaryDirectory(prefix="xk-first-call-") as d:
-                    env = dict(os.environ, XLAKERN_CACHE_DIR=f"{d}/xk", BRAINEVENT_CACHE_DIR=f"{d}/be",
-                               NUMBA_CACHE_DIR=f"{d}/numba", XLA_PYTHON_CLIENT_PREALLOCATE="false",
-                               XLAKERN_QUIET="1", **extra)
-                    if "XLAKERN_EVENT_BUILDS" not in extra:
-                        env.pop("XLAKERN_EVENT_BUILDS", None)
-                    cold, cold_err = run_worker(module, platform, case, env, timeout)
-                    warm = [run_worker(module, platform, case, env, timeout) for _ in range(repeats)]
-                errs = [cold_err] + [e for _, e in warm]
-                ok = max(errs) <= 1e-3  # float32 sums of up to ~200 weights below 1
-                data[arm] = {"cold_s": cold, "warm_s": [s for s, _ in warm], "max_abs_err": max(errs)}
-                # each cell as it lands, so a run cut short still leaves its figures
-                log(f"  {platform} {case} {arm}: {json.dumps(data[arm])}")
-                cells["cold"][arm] = fmt_t(cold) + ("" if ok else f" (WRONG: err {max(errs):.3g})")
-                cells["warm"][arm] = fmt_t(statistics.median(s for s, _ in warm)) if warm else "—"
-            except Exception as e:  # noqa: BLE001 -- the cell says what failed
-                cells["cold"][arm] = cells["warm"][arm] = err_cell(e)
+        with tempfile.TemporaryDirectory(prefix="xk-first-call-") as root:
+            def env_of(arm: str, d: str) -> dict[str, str]:
+                extra = ARMS[arm][1]
+                env = dict(os.environ, XLAKERN_CACHE_DIR=f"{d}/xk", BRAINEVENT_CACHE_DIR=f"{d}/be",
+                           NUMBA_CACHE_DIR=f"{d}/numba", XLA_PYTHON_CLIENT_PREALLOCATE="false",
+                           XLAKERN_QUIET="1", **extra)
+                if "XLAKERN_EVENT_BUILDS" not in extra:
+                    env.pop("XLAKERN_EVENT_BUILDS", None)
+                return env
+
+            runs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in runnable}
+            failed: dict[str, Exception] = {}
+            for r in range(cold_repeats):
+                for arm in runnable:
+                    if arm in failed:
+                        continue
+                    log(f"{platform} {case}: {arm}, cold {r + 1}/{cold_repeats}")
+                    try:
+                        runs[arm].append(run_worker(ARMS[arm][0], platform, case,
+                                                    env_of(arm, f"{root}/{arms.index(arm)}-{r}"), timeout))
+                    except Exception as e:  # noqa: BLE001 -- the cell says what failed
+                        failed[arm] = e
+            for arm in runnable:
+                try:
+                    if arm in failed:
+                        raise failed[arm]
+                    # the warm processes reuse the caches the first cold process filled
+                    warm = [run_worker(ARMS[arm][0], platform, case, env_of(arm, f"{root}/{arms.index(arm)}-0"),
+                                       timeout) for _ in range(repeats)]
+                    errs = [e for _, e in runs[arm]] + [e for _, e in warm]
+                    ok = max(errs) <= 1e-3  # float32 sums of up to ~200 weights below 1
+                    cold = statistics.median(s for s, _ in runs[arm])
+                    data[arm] = {"cold_s": cold, "cold_runs_s": [s for s, _ in runs[arm]],
+                                 "warm_s": [s for s, _ in warm], "max_abs_err": max(errs)}
+                    log(f"  {platform} {case} {arm}: {json.dumps(data[arm])}")
+                    cells["cold"][arm] = fmt_t(cold) + ("" if ok else f" (WRONG: err {max(errs):.3g})")
+                    cells["warm"][arm] = fmt_t(statistics.median(s for s, _ in warm)) if warm else "—"
+                except Exception as e:  # noqa: BLE001 -- the cell says what failed
+                    cells["cold"][arm] = cells["warm"][arm] = err_cell(e)
         for m in ("cold", "warm"):
             t.add([case, m, *(cells[m][arm] for arm in arms)], {"caches": m, **data})
     return [t]
@@ -145,13 +178,15 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--repeats", type=int, default=2, help="warm processes to time (median)")
+    ap.add_argument("--cold-repeats", type=int, default=1,
+                    help="cold processes to time (median), each on empty caches of its own, the arms in turns")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a worker may take")
     args = ap.parse_args()
     t_start = time.perf_counter()
     info = machine_info()
     platforms = args.platforms or (["cpu", "gpu"] if info["gpu"] else ["cpu"])
     print_header("First event product in a fresh process", info)
-    tables = run_sections((p, lambda p=p: section(p, args.cases, args.arms, args.repeats, args.timeout))
+    tables = run_sections((p, lambda p=p: section(p, args.cases, args.arms, args.repeats, args.cold_repeats, args.timeout))
                           for p in platforms)
     finish(t_start, info, tables, args.json)
 

@@ -109,15 +109,17 @@ def test_plot_network_draws_the_recorded_results(tmp_path):
 
 
 def test_bench_first_call_runs(tmp_path):
-    """One case, the default arm, on the CPU: a cold and a warm fresh process, both checked against NumPy."""
+    """One case, the default arm, on the CPU: two cold fresh processes (each on empty caches) and a warm one,
+    all checked against NumPy."""
     js = tmp_path / "first_call.json"
     text = _run(["bench/bench_first_call.py", "--platforms", "cpu", "--cases", "s @ CSR", "--arms", "xlakern",
-                 "--repeats", "1", "--json", str(js)], tmp_path)
+                 "--repeats", "1", "--cold-repeats", "2", "--json", str(js)], tmp_path)
     rows = [line for line in text.splitlines() if line.startswith("| s @ CSR |")]
     assert len(rows) == 2 and not any("error" in r or "WRONG" in r for r in rows), rows
     (table,) = json.loads(js.read_text())["tables"]
     cell = table["data"][0]["xlakern"]
-    assert cell["cold_s"] > 0 and len(cell["warm_s"]) == 1 and cell["max_abs_err"] <= 1e-3, cell
+    assert cell["cold_s"] > 0 and len(cell["cold_runs_s"]) == 2 and len(cell["warm_s"]) == 1, cell
+    assert cell["max_abs_err"] <= 1e-3, cell
 
 
 def test_bench_eager_runs(tmp_path):
