@@ -33,6 +33,7 @@ try:
 except xlakern.ToolchainError:
     REAL_NVCC = None
 needs_nvcc = pytest.mark.skipif(REAL_NVCC is None, reason="nvcc not installed")
+REAL_CLANG = shutil.which("clang++")
 ARCH = {} if gpu_available() else {"compute_capability": "9.0"}
 
 
@@ -436,6 +437,35 @@ def test_ccache_style_launcher_in_cxx(fresh_cache, tmp_path, monkeypatch, rng):
     xlakern.load_cuda_inline(unique_name("launch_cu"), CUDA_FILE.format(fn="g", factor="2.0f"), **ARCH)
     lines = nvcc_log.read_text().splitlines()
     assert lines and all(f"-ccbin {tool.path} " in line for line in lines), lines
+
+
+CLANG_KERNEL = r"""
+// @xk clamp_scale arg ret attr.k:float32
+void clamp_scale(const xk::Tensor x, xk::Tensor out, float k) {
+  XK_CHECK(k > 0) << "k must be positive, got " << k;
+  const float* in = x.data<float>();
+  float* o = out.data<float>();
+  xk::parallel_for(x.numel(), 64, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) o[i] = in[i] > 1.0f ? k : k * in[i];
+  });
+}
+"""
+
+
+@pytest.mark.skipif(REAL_CLANG is None, reason="clang++ not installed")
+def test_clang_builds_a_module_with_checks_parallel_for_and_vmap(fresh_cache, monkeypatch, rng):
+    # The README promises g++ or clang++. clang refuses a GNU attribute before [[noreturn]], which the frame
+    # glue and XK_CHECK's error paths once had: every C++ module failed to build under CXX=clang++.
+    monkeypatch.setenv("CXX", REAL_CLANG)
+    mod = xlakern.load_cpp_inline(unique_name("clang"), CLANG_KERNEL)
+    assert "clang" in _toolchain.host_compiler().version
+    x = rng.standard_normal((3, 4000)).astype(np.float32) * 2
+    want = np.where(x > 1, 0.5, 0.5 * x.astype(np.float64))
+    got = jax.jit(jax.vmap(lambda r: mod.clamp_scale(r, outs=SDS(r.shape, r.dtype), k=0.5,
+                                                     vmap_method="broadcast_all")))(x)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    with pytest.raises(xlakern.KernelError, match=r"k must be positive, got -2"):
+        jax.block_until_ready(mod.clamp_scale(x[0], outs=SDS(x[0].shape, x.dtype), k=-2.0))
 
 
 def test_ccache_masquerade_symlink(tmp_path, monkeypatch):

@@ -29,14 +29,6 @@ typedef struct CUstream_st* cudaStream_t;
 #define XK_EXPORT extern "C"
 #endif
 
-// Error paths are kept out of line: inlined into every handler they were most of what the
-// compiler spent its time on, and a call that fails is not on anyone's hot path.
-#if defined(__GNUC__)
-#define XK_FRAME_COLD __attribute__((noinline, cold))
-#else
-#define XK_FRAME_COLD
-#endif
-
 // The module's name, for the handlers' errors. The handlers' object names no module, so one
 // object serves every module with the same entry points (the object store shares it); each
 // library defines this array in a one-line unit compiled at its link.
@@ -80,7 +72,7 @@ template <> struct AttrType<uint64_t> { static constexpr XLA_FFI_DataType kType 
 template <> struct AttrType<float> { static constexpr XLA_FFI_DataType kType = XLA_FFI_DataType_F32; };
 template <> struct AttrType<double> { static constexpr XLA_FFI_DataType kType = XLA_FFI_DataType_F64; };
 
-XK_FRAME_COLD inline XLA_FFI_Error* make_error(const XLA_FFI_Api* api, XLA_FFI_Error_Code code, const std::string& message) {
+XK_COLD inline XLA_FFI_Error* make_error(const XLA_FFI_Api* api, XLA_FFI_Error_Code code, const std::string& message) {
   XLA_FFI_Error_Create_Args args;
   args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
   args.extension_start = nullptr;
@@ -130,11 +122,11 @@ inline XLA_FFI_Error* answer_metadata(const XLA_FFI_Api* api, XLA_FFI_Metadata_E
 }
 
 // "<module>.<function>", as the user registered it.
-XK_FRAME_COLD inline std::string target_of(const Signature& sig) {
+XK_COLD inline std::string target_of(const Signature& sig) {
   return std::string(xk_module_name) + "." + sig.function;
 }
 
-XK_FRAME_COLD inline XLA_FFI_Error* called_wrongly(const XLA_FFI_Api* api, const Signature& sig, const char* why) {
+XK_COLD inline XLA_FFI_Error* called_wrongly(const XLA_FFI_Api* api, const Signature& sig, const char* why) {
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                     detail::utf8_safe("xlakern handler '" + target_of(sig) + "' was called wrongly: " + why));
 }
@@ -160,7 +152,7 @@ inline bool frame_fits(const XLA_FFI_CallFrame* f, const Signature& sig) {
 }
 
 // The error for a frame that does not fit (frame_fits is false): what differs.
-XK_FRAME_COLD inline XLA_FFI_Error* frame_mismatch(const XLA_FFI_CallFrame* f, const Signature& sig) {
+XK_COLD inline XLA_FFI_Error* frame_mismatch(const XLA_FFI_CallFrame* f, const Signature& sig) {
   std::string why;
   if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) {
     why = "it was called at execution stage " + std::to_string(static_cast<int>(f->stage)) +
@@ -184,7 +176,7 @@ XK_FRAME_COLD inline XLA_FFI_Error* frame_mismatch(const XLA_FFI_CallFrame* f, c
   return called_wrongly(f->api, sig, why.c_str());
 }
 
-XK_FRAME_COLD inline XLA_FFI_Error* wrong_frame_size(const XLA_FFI_CallFrame* f, const Signature& sig) {
+XK_COLD inline XLA_FFI_Error* wrong_frame_size(const XLA_FFI_CallFrame* f, const Signature& sig) {
   return make_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                     "xlakern handler '" + target_of(sig) + "': XLA's call frame is " +
                         std::to_string(f->struct_size) + " bytes, the module was built for " +
@@ -192,14 +184,14 @@ XK_FRAME_COLD inline XLA_FFI_Error* wrong_frame_size(const XLA_FFI_CallFrame* f,
 }
 
 // A C++ exception from the entry point (or from decoding), as the FFI error XLA reports.
-XK_FRAME_COLD inline XLA_FFI_Error* kernel_failed(const XLA_FFI_Api* api, const Signature& sig, const char* what) {
+XK_COLD inline XLA_FFI_Error* kernel_failed(const XLA_FFI_Api* api, const Signature& sig, const char* what) {
   return make_error(api, XLA_FFI_Error_Code_INTERNAL,
                     what ? detail::utf8_safe("xlakern kernel '" + target_of(sig) + "' failed: " + what)
                          : "xlakern kernel '" + target_of(sig) +
                                "' failed: a C++ exception of unknown type was thrown");
 }
 
-XK_FRAME_COLD [[noreturn]] inline void bad_buffer(const XLA_FFI_Buffer& buffer, const char* role, int64_t index) {
+[[noreturn]] XK_COLD inline void bad_buffer(const XLA_FFI_Buffer& buffer, const char* role, int64_t index) {
   if (dtype_from_xla(buffer.dtype) == DType::Invalid) {
     throw Error(std::string(role) + " " + std::to_string(index) +
                 " has an element type xlakern kernels do not take (XLA type id " +
@@ -275,7 +267,7 @@ class Frame {
   }
 
  private:
-  XK_FRAME_COLD [[noreturn]] void bad_attr(int64_t slot, XLA_FFI_DataType want, bool array = false) const {
+  [[noreturn]] XK_COLD void bad_attr(int64_t slot, XLA_FFI_DataType want, bool array = false) const {
     const XLA_FFI_AttrType got = f_->attrs.types[slot];
     const void* attr = f_->attrs.attrs[slot];
     std::string passed = "a string or a dictionary";
@@ -292,7 +284,7 @@ class Frame {
     const DType dt = dtype_from_xla(t);
     return dt == DType::Invalid ? "XLA type " + std::to_string(static_cast<int>(t)) : std::string(dtype_name(dt));
   }
-  XK_FRAME_COLD [[noreturn]] void no_stream(XLA_FFI_Error* error) const {
+  [[noreturn]] XK_COLD void no_stream(XLA_FFI_Error* error) const {
     destroy_error(f_->api, error);
     throw Error("XLA gave this call no platform stream");
   }
@@ -351,25 +343,25 @@ class FramePool {
 // What ElementLoop reports when a control handler's buffers do not fit its xlakern_ctl.
 namespace loop_error {
 inline int64_t index(size_t a, size_t n_inputs) { return static_cast<int64_t>(a < n_inputs ? a : a - n_inputs); }
-XK_FRAME_COLD inline std::string label(size_t a, size_t n_inputs) {
+XK_COLD inline std::string label(size_t a, size_t n_inputs) {
   return (a < n_inputs ? "input " : "output ") + std::to_string(index(a, n_inputs));
 }
-XK_FRAME_COLD [[noreturn]] inline void control_size(int64_t size, size_t buffers) {
+[[noreturn]] XK_COLD inline void control_size(int64_t size, size_t buffers) {
   throw Error("the xlakern_ctl attribute has " + std::to_string(size) + " entries, the function has " +
               std::to_string(buffers) + " buffers; call it as mod.fn(...) or through jax.ffi.ffi_call(\"<module>.<fn>\")");
 }
-XK_FRAME_COLD [[noreturn]] inline void rank(size_t a, size_t n_inputs, int rank, int traced) {
+[[noreturn]] XK_COLD inline void rank(size_t a, size_t n_inputs, int rank, int traced) {
   throw Error(label(a, n_inputs) + " has rank " + std::to_string(rank) + ", fewer than the " + std::to_string(traced) +
               " it was traced with");
 }
-XK_FRAME_COLD [[noreturn]] inline void batch_rank() {
+[[noreturn]] XK_COLD inline void batch_rank() {
   throw Error("more than " + std::to_string(kMaxDims) + " vmap batch dimensions");
 }
-XK_FRAME_COLD [[noreturn]] inline void batch_count(size_t a, size_t n_inputs, int extra, int batch_rank) {
+[[noreturn]] XK_COLD inline void batch_count(size_t a, size_t n_inputs, int extra, int batch_rank) {
   throw Error(label(a, n_inputs) + " has " + std::to_string(extra) + " batch dimension(s), the outputs " +
               std::to_string(batch_rank));
 }
-XK_FRAME_COLD [[noreturn]] inline void batch_dim(size_t a, size_t n_inputs, int own, int64_t d, int64_t batch) {
+[[noreturn]] XK_COLD inline void batch_dim(size_t a, size_t n_inputs, int own, int64_t d, int64_t batch) {
   throw Error(label(a, n_inputs) + "'s batch dimension " + std::to_string(own) + " is " + std::to_string(d) +
               ", the outputs' is " + std::to_string(batch));
 }
