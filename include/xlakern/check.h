@@ -16,6 +16,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "xlakern/config.h"
+
 namespace xk {
 
 // The exception every xlakern check throws. User code may throw it (or any
@@ -129,10 +131,11 @@ void append_streamed(std::string& out, const T& value) {
   }
 }
 
-// Collects the streamed message of a failing check.
+// Collects the streamed message of a failing check. Its members are out of line (XK_COLD):
+// each check then costs a call, not the message's string building inlined at the check.
 class CheckMessage {
  public:
-  CheckMessage(const char* file, int line, const char* what) {
+  XK_COLD CheckMessage(const char* file, int line, const char* what) {
     text_ = what;
     text_ += " (at ";
     text_ += file;
@@ -142,7 +145,7 @@ class CheckMessage {
     prefix_len_ = text_.size();
   }
   template <typename T>
-  CheckMessage& operator<<(const T& value) {
+  XK_COLD CheckMessage& operator<<(const T& value) {
     if (text_.size() == prefix_len_) text_ += ": ";
     append_streamed(text_, value);
     return *this;
@@ -157,7 +160,7 @@ class CheckMessage {
 // `Thrower() & message` throws; `&` binds looser than `<<`, so the whole
 // streamed message is built first.
 struct CheckThrower {
-  [[noreturn]] void operator&(const CheckMessage& message) const {
+  [[noreturn]] XK_COLD void operator&(const CheckMessage& message) const {
     throw Error(message.str());
   }
 };
