@@ -135,7 +135,7 @@ def test_four_processes_build_once(tmp_path, counting_cxx):
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert all(r["ok"] for r in results)
     assert len({r["lib"] for r in results}) == 1
-    # one build = user source + generated handlers + parallel_for's pool unit + link
+    # one build = user source + generated handlers + the generated runtime unit + link
     assert len(log.read_text().split()) == 4
 
 

@@ -25,8 +25,10 @@ typedef struct CUstream_st* cudaStream_t;
 
 #if defined(__GNUC__)
 #define XK_EXPORT extern "C" __attribute__((visibility("default")))
+#define XK_FRAME_HIDDEN __attribute__((visibility("hidden")))
 #else
 #define XK_EXPORT extern "C"
+#define XK_FRAME_HIDDEN
 #endif
 
 // The module's name, for the handlers' errors. The handlers' object names no module, so one
@@ -72,14 +74,28 @@ template <> struct AttrType<uint64_t> { static constexpr XLA_FFI_DataType kType 
 template <> struct AttrType<float> { static constexpr XLA_FFI_DataType kType = XLA_FFI_DataType_F32; };
 template <> struct AttrType<double> { static constexpr XLA_FFI_DataType kType = XLA_FFI_DataType_F64; };
 
-XK_COLD inline XLA_FFI_Error* make_error(const XLA_FFI_Api* api, XLA_FFI_Error_Code code, const std::string& message) {
-  XLA_FFI_Error_Create_Args args;
-  args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
-  args.extension_start = nullptr;
-  args.message = message.c_str();
-  args.errc = code;
-  return api->XLA_FFI_Error_Create(&args);
-}
+// The glue's error paths, and its once-per-registration answer to XLA's metadata query, are out of
+// line, in xlakern/ffi_frame_errors.h: a library includes that header in one unit (xlakern's loaders
+// link a generated unit that does, one object for every module), so each module's handlers compile
+// without them. Hidden, so a module never binds another module's copy.
+struct Signature;
+// Tells XLA the FFI version the handler was built against and its traits (XLA asks once, at registration).
+XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* answer_metadata(const XLA_FFI_Api* api, XLA_FFI_Metadata_Extension* ext,
+                                                       XLA_FFI_Handler_Traits traits);
+// A call the handler refuses (INVALID_ARGUMENT, naming "<module>.<function>").
+XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* called_wrongly(const XLA_FFI_Api* api, const Signature& sig, const char* why);
+// What differs, for a frame that frame_fits refuses.
+XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* frame_mismatch(const XLA_FFI_CallFrame* f, const Signature& sig);
+XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* wrong_frame_size(const XLA_FFI_CallFrame* f, const Signature& sig);
+// A C++ exception from the entry point (or from decoding), as the FFI error XLA reports; what is
+// null for an exception of unknown type.
+XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* kernel_failed(const XLA_FFI_Api* api, const Signature& sig, const char* what);
+// A buffer no xk::Tensor can view (an element type outside the table, or too many dimensions).
+[[noreturn]] XK_FRAME_HIDDEN XK_COLD void bad_buffer(const XLA_FFI_Buffer& buffer, const char* role, int64_t index);
+// An attribute of another kind or dtype than the signature's (throws CallMismatch).
+[[noreturn]] XK_FRAME_HIDDEN XK_COLD void bad_attr(const XLA_FFI_CallFrame* f, int64_t slot, XLA_FFI_DataType want,
+                                                   bool array);
+[[noreturn]] XK_FRAME_HIDDEN XK_COLD void no_stream(const XLA_FFI_Api* api, XLA_FFI_Error* error);
 
 inline void destroy_error(const XLA_FFI_Api* api, XLA_FFI_Error* error) {
   XLA_FFI_Error_Destroy_Args args;
@@ -101,36 +117,6 @@ struct Signature {
   XLA_FFI_Handler_Traits traits;
 };
 
-// Tells XLA which FFI version the handler was compiled against and its traits
-// (command-buffer compatible or not): XLA asks once, when it registers the handler.
-inline XLA_FFI_Error* answer_metadata(const XLA_FFI_Api* api, XLA_FFI_Metadata_Extension* ext,
-                                      XLA_FFI_Handler_Traits traits) {
-  if (ext->extension_base.struct_size < XLA_FFI_Metadata_Extension_STRUCT_SIZE ||
-      ext->metadata == nullptr || ext->metadata->struct_size < XLA_FFI_Metadata_STRUCT_SIZE) {
-    return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                      "xlakern handler: XLA's metadata query is older than the FFI headers the "
-                      "module was built with; rebuild it against the installed jaxlib");
-  }
-  XLA_FFI_Metadata* md = ext->metadata;
-  md->api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE;
-  md->api_version.extension_start = nullptr;
-  md->api_version.major_version = XLA_FFI_API_MAJOR;
-  md->api_version.minor_version = XLA_FFI_API_MINOR;
-  md->traits = traits;
-  md->state_type_id = XLA_FFI_UNKNOWN_TYPE_ID;
-  return nullptr;
-}
-
-// "<module>.<function>", as the user registered it.
-XK_COLD inline std::string target_of(const Signature& sig) {
-  return std::string(xk_module_name) + "." + sig.function;
-}
-
-XK_COLD inline XLA_FFI_Error* called_wrongly(const XLA_FFI_Api* api, const Signature& sig, const char* why) {
-  return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                    detail::utf8_safe("xlakern handler '" + target_of(sig) + "' was called wrongly: " + why));
-}
-
 // Whether the frame fits the signature: the execute stage, the buffer counts and kinds, and the
 // attribute names (names hold no NUL, so strncmp stops at the first difference or at the end of
 // the wanted name).
@@ -149,56 +135,6 @@ inline bool frame_fits(const XLA_FFI_CallFrame* f, const Signature& sig) {
       return false;
   }
   return true;
-}
-
-// The error for a frame that does not fit (frame_fits is false): what differs.
-XK_COLD inline XLA_FFI_Error* frame_mismatch(const XLA_FFI_CallFrame* f, const Signature& sig) {
-  std::string why;
-  if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) {
-    why = "it was called at execution stage " + std::to_string(static_cast<int>(f->stage)) +
-          "; xlakern handlers run only at the execute stage";
-  } else if (f->args.size != sig.n_args || f->rets.size != sig.n_rets) {
-    why = "it takes " + std::to_string(sig.n_args) + " input(s) and " + std::to_string(sig.n_rets) +
-          " output(s), the call passed " + std::to_string(f->args.size) + " and " + std::to_string(f->rets.size);
-  } else {
-    for (int64_t i = 0; why.empty() && i < f->args.size; ++i)
-      if (f->args.types[i] != XLA_FFI_ArgType_BUFFER) why = "input " + std::to_string(i) + " is not a buffer";
-    for (int64_t i = 0; why.empty() && i < f->rets.size; ++i)
-      if (f->rets.types[i] != XLA_FFI_RetType_BUFFER) why = "output " + std::to_string(i) + " is not a buffer";
-  }
-  if (why.empty()) {
-    std::string want, got;
-    for (int64_t i = 0; i < sig.n_attrs; ++i) want += (i ? ", " : "") + std::string(sig.attr_names[i]);
-    for (int64_t i = 0; i < f->attrs.size; ++i)
-      got += (i ? ", " : "") + std::string(f->attrs.names[i]->ptr, f->attrs.names[i]->len);
-    why = "it takes the attributes [" + want + "], the call passed [" + got + "]";
-  }
-  return called_wrongly(f->api, sig, why.c_str());
-}
-
-XK_COLD inline XLA_FFI_Error* wrong_frame_size(const XLA_FFI_CallFrame* f, const Signature& sig) {
-  return make_error(f->api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                    "xlakern handler '" + target_of(sig) + "': XLA's call frame is " +
-                        std::to_string(f->struct_size) + " bytes, the module was built for " +
-                        std::to_string(XLA_FFI_CallFrame_STRUCT_SIZE) + "; rebuild it against the installed jaxlib");
-}
-
-// A C++ exception from the entry point (or from decoding), as the FFI error XLA reports.
-XK_COLD inline XLA_FFI_Error* kernel_failed(const XLA_FFI_Api* api, const Signature& sig, const char* what) {
-  return make_error(api, XLA_FFI_Error_Code_INTERNAL,
-                    what ? detail::utf8_safe("xlakern kernel '" + target_of(sig) + "' failed: " + what)
-                         : "xlakern kernel '" + target_of(sig) +
-                               "' failed: a C++ exception of unknown type was thrown");
-}
-
-[[noreturn]] XK_COLD inline void bad_buffer(const XLA_FFI_Buffer& buffer, const char* role, int64_t index) {
-  if (dtype_from_xla(buffer.dtype) == DType::Invalid) {
-    throw Error(std::string(role) + " " + std::to_string(index) +
-                " has an element type xlakern kernels do not take (XLA type id " +
-                std::to_string(static_cast<int>(buffer.dtype)) + "); use one of the 15 JAX dtypes bool..complex128");
-  }
-  throw Error(std::string(role) + " " + std::to_string(index) + " has " + std::to_string(buffer.rank) +
-              " dimensions; xk::Tensor holds at most " + std::to_string(kMaxDims) + ", reshape before the call");
 }
 
 inline Tensor to_tensor(const XLA_FFI_Buffer& buffer, const char* role, int64_t index) {
@@ -240,7 +176,7 @@ class Frame {
   T attr(int64_t slot) const {
     const auto* scalar = static_cast<const XLA_FFI_Scalar*>(f_->attrs.attrs[slot]);
     if (f_->attrs.types[slot] != XLA_FFI_AttrType_SCALAR || scalar->dtype != AttrType<T>::kType)
-      bad_attr(slot, AttrType<T>::kType);
+      bad_attr(f_, slot, AttrType<T>::kType, false);
     T value;
     std::memcpy(&value, scalar->value, sizeof(T));
     return value;
@@ -250,7 +186,7 @@ class Frame {
   void int64_array(int64_t slot, const int64_t** data, int64_t* size) const {
     const auto* array = static_cast<const XLA_FFI_Array*>(f_->attrs.attrs[slot]);
     if (f_->attrs.types[slot] != XLA_FFI_AttrType_ARRAY || array->dtype != XLA_FFI_DataType_S64)
-      bad_attr(slot, XLA_FFI_DataType_S64, true);
+      bad_attr(f_, slot, XLA_FFI_DataType_S64, true);
     *data = static_cast<const int64_t*>(array->data);
     *size = static_cast<int64_t>(array->size);
   }
@@ -262,33 +198,11 @@ class Frame {
     args.extension_start = nullptr;
     args.ctx = f_->ctx;
     args.stream = nullptr;
-    if (XLA_FFI_Error* error = f_->api->XLA_FFI_Stream_Get(&args)) no_stream(error);
+    if (XLA_FFI_Error* error = f_->api->XLA_FFI_Stream_Get(&args)) no_stream(f_->api, error);
     return static_cast<cudaStream_t>(args.stream);
   }
 
  private:
-  [[noreturn]] XK_COLD void bad_attr(int64_t slot, XLA_FFI_DataType want, bool array = false) const {
-    const XLA_FFI_AttrType got = f_->attrs.types[slot];
-    const void* attr = f_->attrs.attrs[slot];
-    std::string passed = "a string or a dictionary";
-    if (got == XLA_FFI_AttrType_SCALAR)
-      passed = "a scalar of dtype " + type_name(static_cast<const XLA_FFI_Scalar*>(attr)->dtype);
-    else if (got == XLA_FFI_AttrType_ARRAY)
-      passed = "an array of dtype " + type_name(static_cast<const XLA_FFI_Array*>(attr)->dtype);
-    throw CallMismatch("attribute '" + std::string(f_->attrs.names[slot]->ptr, f_->attrs.names[slot]->len) +
-                       "' must be " + (array ? "an array" : "a scalar") + " of dtype " + type_name(want) +
-                       ", the call passed " + passed +
-                       (array ? "" : " (pass a NumPy scalar of that dtype, e.g. np.float32(0.5))"));
-  }
-  static std::string type_name(XLA_FFI_DataType t) {
-    const DType dt = dtype_from_xla(t);
-    return dt == DType::Invalid ? "XLA type " + std::to_string(static_cast<int>(t)) : std::string(dtype_name(dt));
-  }
-  [[noreturn]] XK_COLD void no_stream(XLA_FFI_Error* error) const {
-    destroy_error(f_->api, error);
-    throw Error("XLA gave this call no platform stream");
-  }
-
   XLA_FFI_CallFrame* f_;
 };
 
@@ -343,28 +257,11 @@ class FramePool {
 // What ElementLoop reports when a control handler's buffers do not fit its xlakern_ctl.
 namespace loop_error {
 inline int64_t index(size_t a, size_t n_inputs) { return static_cast<int64_t>(a < n_inputs ? a : a - n_inputs); }
-XK_COLD inline std::string label(size_t a, size_t n_inputs) {
-  return (a < n_inputs ? "input " : "output ") + std::to_string(index(a, n_inputs));
-}
-[[noreturn]] XK_COLD inline void control_size(int64_t size, size_t buffers) {
-  throw Error("the xlakern_ctl attribute has " + std::to_string(size) + " entries, the function has " +
-              std::to_string(buffers) + " buffers; call it as mod.fn(...) or through jax.ffi.ffi_call(\"<module>.<fn>\")");
-}
-[[noreturn]] XK_COLD inline void rank(size_t a, size_t n_inputs, int rank, int traced) {
-  throw Error(label(a, n_inputs) + " has rank " + std::to_string(rank) + ", fewer than the " + std::to_string(traced) +
-              " it was traced with");
-}
-[[noreturn]] XK_COLD inline void batch_rank() {
-  throw Error("more than " + std::to_string(kMaxDims) + " vmap batch dimensions");
-}
-[[noreturn]] XK_COLD inline void batch_count(size_t a, size_t n_inputs, int extra, int batch_rank) {
-  throw Error(label(a, n_inputs) + " has " + std::to_string(extra) + " batch dimension(s), the outputs " +
-              std::to_string(batch_rank));
-}
-[[noreturn]] XK_COLD inline void batch_dim(size_t a, size_t n_inputs, int own, int64_t d, int64_t batch) {
-  throw Error(label(a, n_inputs) + "'s batch dimension " + std::to_string(own) + " is " + std::to_string(d) +
-              ", the outputs' is " + std::to_string(batch));
-}
+[[noreturn]] XK_FRAME_HIDDEN XK_COLD void control_size(int64_t size, size_t buffers);
+[[noreturn]] XK_FRAME_HIDDEN XK_COLD void rank(size_t a, size_t n_inputs, int rank, int traced);
+[[noreturn]] XK_FRAME_HIDDEN XK_COLD void batch_rank();
+[[noreturn]] XK_FRAME_HIDDEN XK_COLD void batch_count(size_t a, size_t n_inputs, int extra, int batch_rank);
+[[noreturn]] XK_FRAME_HIDDEN XK_COLD void batch_dim(size_t a, size_t n_inputs, int own, int64_t d, int64_t batch);
 }  // namespace loop_error
 
 // The handlers that mod.fn(...) calls (target "<module>.<fn>.xk") take one

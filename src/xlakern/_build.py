@@ -13,8 +13,9 @@ Two levels of content addressing:
   the headers it read. Editing one file of a module therefore recompiles one object; the others,
   and the generated handlers, are reused across module keys. The generated handlers name no
   module, so modules with the same entry points share one handler object; each library gets its
-  name from a one-line unit the link compiles (``_codegen.module_name_unit``). Every C++ module
-  also links ``_codegen.POOL_UNIT`` (parallel_for's pool), the same object for all of them.
+  name from a one-line unit the link compiles (``_codegen.module_name_unit``). Every module also
+  links ``_codegen.runtime_unit`` (the glue's error paths and, for C++, parallel_for's pool), one
+  object for all modules of a platform.
 
 Compilers run with stdin closed, at most ``$XLAKERN_MAX_JOBS`` (or ``$MAX_JOBS``) at a time,
 each in its own process group so a timeout (``$XLAKERN_BUILD_TIMEOUT``) or Ctrl-C kills it
@@ -358,7 +359,7 @@ def clear_objects(root: Path) -> int:
 
 @dataclasses.dataclass
 class _Step:
-    what: str  # "compile <label>", "compile generated handlers", "compile generated pool" or "link"
+    what: str  # "compile <label>", "compile generated handlers", "compile generated runtime" or "link"
     command: list[str]
     label: str
     output: Path
@@ -574,8 +575,8 @@ class Builder:
         glue_text = _codegen.generate_glue(self.entries, self.options.platform,
                                            allow_cuda_graph=self.options.allow_cuda_graph).encode()
         steps.append(self._generated_step(work, "xlakern_handlers", glue_text, "generated handlers"))
-        if self.options.platform == "cpu":  # nvcc's units run parallel_for serially: CUDA modules need no pool
-            steps.append(self._generated_step(work, "xlakern_pool", _codegen.POOL_UNIT.encode(), "generated pool"))
+        steps.append(self._generated_step(work, "xlakern_runtime", _codegen.runtime_unit(self.options.platform).encode(),
+                                          "generated runtime"))
         return steps
 
     def _generated_step(self, work: Path, stem: str, text: bytes, label: str) -> _Step:
