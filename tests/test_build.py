@@ -243,7 +243,8 @@ def test_modules_with_the_same_entry_points_share_one_handler_object_and_keep_th
     assert len(compiles_of(log, "xlakern_handlers.cc")) == 1
     other = xlakern.load_cpp_inline(unique_name("twin_other"), scale_kernel("g", "2.0f"))  # other entry points
     assert len(compiles_of(log, "xlakern_handlers.cc")) == 2
-    assert len(compiles_of(log, "xlakern_runtime.cc")) == 1  # error paths and pool: one object for all modules
+    assert len(compiles_of(log, "xlakern_pool.cc")) == 1  # parallel_for's pool: one object for every module
+    assert len(compiles_of(log, "xlakern_frame_errors.cc")) == 1  # the glue's error paths: the same
     x = rng.standard_normal(40).astype(np.float32)
     np.testing.assert_allclose(call(other, "g", x), 2.0 * x.astype(np.float64), rtol=1e-6)
     x = rng.standard_normal(33).astype(np.float32)
@@ -262,16 +263,18 @@ def test_modules_with_the_same_entry_points_share_one_handler_object_and_keep_th
 
 @pytest.mark.parametrize("level, glue_level", [(3, 2), (1, 1)])
 def test_generated_units_compile_at_most_at_O2(fresh_cache, tmp_path, monkeypatch, rng, level, glue_level):
-    # The user's units take the module's -O level; the handlers' and the runtime units take it up to -O2
-    # (_GLUE_MAX_LEVEL).
+    # The user's units take the module's -O level; the handlers' and the pool's units take it up to -O2
+    # (_GLUE_MAX_LEVEL), and the glue's error paths compile at -O0 (_ERRORS_LEVEL).
     wrapper, log = counting_wrapper(tmp_path, REAL_CXX)
     monkeypatch.setenv("CXX", str(wrapper))
     mod = xlakern.load_cpp_inline(unique_name("glue_level"), scale_kernel("f", "3.0f"), optimization_level=level)
-    generated = compiles_of(log, "xlakern_handlers.cc") + compiles_of(log, "xlakern_runtime.cc")
-    (user,) = [c for c in compiles_of(log, "-c") if c not in generated]
+    generated = compiles_of(log, "xlakern_handlers.cc") + compiles_of(log, "xlakern_pool.cc")
+    (errors,) = compiles_of(log, "xlakern_frame_errors.cc")
+    (user,) = [c for c in compiles_of(log, "-c") if c not in generated and c != errors]
     assert len(generated) == 2
     for command in generated:
         assert [w for w in command.split() if w.startswith("-O")] == [f"-O{glue_level}"]
+    assert [w for w in errors.split() if w.startswith("-O")] == ["-O0"]
     assert [w for w in user.split() if w.startswith("-O")] == [f"-O{level}"]
     x = rng.standard_normal(29).astype(np.float32)
     np.testing.assert_allclose(call(mod, "f", x), 3.0 * x.astype(np.float64), rtol=1e-6)
@@ -351,7 +354,7 @@ def test_max_jobs_limits_parallel_compiles(tmp_path, monkeypatch, env, limit):
     finally:
         xlakern.set_cache_dir(None)
     seen = [int(n) for n in log.read_text().split()]
-    assert len(seen) == 6  # four sources, the generated handlers and the generated runtime unit
+    assert len(seen) == 7  # four sources; the generated handlers, pool and error paths
     assert max(seen) <= limit
     if limit > 1:
         assert max(seen) >= 2, "compiles should overlap when allowed"
@@ -795,10 +798,10 @@ def _cuda_frame_module(name: str):
     glue = (mod.path.parent / "xlakern_handlers.cc").read_text()
     assert '#include "xlakern/ffi_frame.h"' in glue and "ffi::Bind" not in glue
     assert "XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE" in glue
-    # the glue's error paths come from the generated runtime unit (linked with --no-undefined), and a
-    # CUDA module needs no thread pool there
-    runtime = (mod.path.parent / "xlakern_runtime.cc").read_text()
-    assert '#include "xlakern/ffi_frame_errors.h"' in runtime and "parallel_run.h" not in runtime
+    # the glue's error paths come from their generated unit (the link has --no-undefined); a CUDA
+    # module needs no pool unit
+    assert '#include "xlakern/ffi_frame_errors.h"' in (mod.path.parent / "xlakern_frame_errors.cc").read_text()
+    assert not (mod.path.parent / "xlakern_pool.cc").exists()
     return mod
 
 

@@ -2,10 +2,10 @@
 // error paths and its answer to XLA's metadata query.
 //
 // Include it in exactly one translation unit of a library whose handlers include ffi_frame.h.
-// xlakern's loaders compile a unit that does (_codegen.runtime_unit, one object for every module
-// built with the same compiler and flags) and link it into each module. Kept out of the handlers'
-// unit because none of this runs on a call that succeeds, and compiling it there cost a third of
-// a small module's handler build.
+// xlakern's loaders compile a unit that does (_codegen.FRAME_ERRORS_UNIT, one object for every
+// module built with the same compiler and flags) and link it into each module. Kept out of the
+// handlers' unit because none of this runs on a call that succeeds, and compiling it there cost a
+// third of a small module's handler build.
 #pragma once
 
 #include <string>

@@ -14,8 +14,8 @@ Two levels of content addressing:
   and the generated handlers, are reused across module keys. The generated handlers name no
   module, so modules with the same entry points share one handler object; each library gets its
   name from a one-line unit the link compiles (``_codegen.module_name_unit``). Every module also
-  links ``_codegen.runtime_unit`` (the glue's error paths and, for C++, parallel_for's pool), one
-  object for all modules of a platform.
+  links ``_codegen.FRAME_ERRORS_UNIT`` (the glue's error paths) and every C++ module
+  ``_codegen.POOL_UNIT`` (parallel_for's pool): one object each for all modules.
 
 Compilers run with stdin closed, at most ``$XLAKERN_MAX_JOBS`` (or ``$MAX_JOBS``) at a time,
 each in its own process group so a timeout (``$XLAKERN_BUILD_TIMEOUT``) or Ctrl-C kills it
@@ -60,6 +60,9 @@ log = logging.getLogger("xlakern")
 # which -O3's unrolling and vectorising do not speed up, and at -O3 their unit took about 25% longer to compile.
 # A cold build waits on the slowest unit (bench/RESULTS.md, session 75).
 _GLUE_MAX_LEVEL = 2
+# The glue's error paths (_codegen.FRAME_ERRORS_UNIT) run only when a call fails: -O0 compiles them in about
+# half the time of -O2, and a module's first cold build waits on them beside the pool's unit.
+_ERRORS_LEVEL = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,7 +362,7 @@ def clear_objects(root: Path) -> int:
 
 @dataclasses.dataclass
 class _Step:
-    what: str  # "compile <label>", "compile generated handlers", "compile generated runtime" or "link"
+    what: str  # "compile <label>", "compile generated handlers", "compile generated pool", "compile generated frame errors" or "link"
     command: list[str]
     label: str
     output: Path
@@ -575,15 +578,19 @@ class Builder:
         glue_text = _codegen.generate_glue(self.entries, self.options.platform,
                                            allow_cuda_graph=self.options.allow_cuda_graph).encode()
         steps.append(self._generated_step(work, "xlakern_handlers", glue_text, "generated handlers"))
-        steps.append(self._generated_step(work, "xlakern_runtime", _codegen.runtime_unit(self.options.platform).encode(),
-                                          "generated runtime"))
+        if self.options.platform == "cpu":  # nvcc's units run parallel_for serially: CUDA modules need no pool
+            steps.append(self._generated_step(work, "xlakern_pool", _codegen.POOL_UNIT.encode(), "generated pool"))
+        steps.append(self._generated_step(work, "xlakern_frame_errors", _codegen.FRAME_ERRORS_UNIT.encode(),
+                                          "generated frame errors", max_level=_ERRORS_LEVEL))
         return steps
 
-    def _generated_step(self, work: Path, stem: str, text: bytes, label: str) -> _Step:
-        """The compile of one unit xlakern writes itself (host compiler, at most -O2: see _GLUE_MAX_LEVEL)."""
+    def _generated_step(self, work: Path, stem: str, text: bytes, label: str,
+                        max_level: int = _GLUE_MAX_LEVEL) -> _Step:
+        """The compile of one unit xlakern writes itself (host compiler, at most -O2: see _GLUE_MAX_LEVEL
+        and _ERRORS_LEVEL)."""
         src, obj, dep = work / f"{stem}.cc", work / f"{stem}.o", work / f"{stem}.d"
         src.write_bytes(text)
-        step = _Step(f"compile {label}", [*self.host.command, *self._host_flags(max_level=_GLUE_MAX_LEVEL), "-MMD",
+        step = _Step(f"compile {label}", [*self.host.command, *self._host_flags(max_level=max_level), "-MMD",
                                           "-MF", str(dep), "-c", str(src), "-o", str(obj)], label, obj, dep)
         step.manifest_key = self._manifest_key(step, work, text)
         return step
