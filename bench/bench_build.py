@@ -12,7 +12,9 @@ in turn, in a fresh source directory and an empty cache:
 
   cold    the first load (every file compiled, then linked);
   edit    the load after one of the four files was edited (a constant changed);
-  hit     a load of the unchanged directory (median over --repeats).
+  hit     a load of the unchanged directory (median over --repeats);
+  other   the first load of a second 4-file directory (other functions, another module) with the same
+          cache: what each new module of a user's costs once the library has built one.
 
 Then the first call of a Numba kernel (``numba_kernel``, and ``numba_cuda_kernel`` with a GPU)
 in a fresh process: with empty caches, and in the following processes.
@@ -239,6 +241,12 @@ def scenario(lib: str, kind: str, repeats: int, tmp_root: str) -> dict[str, Any]
     (directory / f"k2{ext}").write_text(template.format(fn="k2", factor=-1.5))
     out["edit_s"] = run_worker(lib, kind, directory, name, factors, env)
     out["hit_s"] = [run_worker(lib, kind, directory, name, factors, env) for _ in range(repeats)]
+    other = root / "other_kernels"
+    other.mkdir()
+    other_factors = {f"k{i}": float(i + 2) for i in range(4, 8)}
+    for fn, f in other_factors.items():
+        (other / f"{fn}{ext}").write_text(template.format(fn=fn, factor=f))
+    out["other_s"] = run_worker(lib, kind, other, f"bench_{kind}_other", other_factors, env)
     return out
 
 
@@ -249,7 +257,7 @@ def section(kind: str, repeats: int, tmp_root: str) -> list[Table]:
     note = (f"Load call only, each in a fresh process; hit: median of {repeats}. "
             + (f"Skipped: {'; '.join(skipped)}." if skipped else ""))
     t = Table(f"build_{kind}", title, ["measurement", *libs], note)
-    cells: dict[str, dict[str, str]] = {m: {} for m in ("cold", "edit", "hit")}
+    cells: dict[str, dict[str, str]] = {m: {} for m in ("cold", "edit", "hit", "other")}
     data: dict[str, Any] = {}
     for lib in libs:
         log(f"{kind}: {lib}")
@@ -258,10 +266,12 @@ def section(kind: str, repeats: int, tmp_root: str) -> list[Table]:
             data[lib] = r
             cells["cold"][lib], cells["edit"][lib] = fmt_t(r["cold_s"]), fmt_t(r["edit_s"])
             cells["hit"][lib] = fmt_t(statistics.median(r["hit_s"]))
+            cells["other"][lib] = fmt_t(r["other_s"])
         except Exception as e:  # noqa: BLE001 -- the cell says what failed
             for m in cells:
                 cells[m][lib] = err_cell(e)
-    labels = {"cold": "cold build (empty cache)", "edit": "one of 4 files edited", "hit": "fresh-process cache hit"}
+    labels = {"cold": "cold build (empty cache)", "edit": "one of 4 files edited", "hit": "fresh-process cache hit",
+              "other": "another 4-file module, same cache"}
     for m, label in labels.items():
         t.add([label, *(cells[m][lib] for lib in libs)], {"measurement": m, **data})
     return [t]
