@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -259,6 +260,27 @@ def test_modules_with_the_same_entry_points_share_one_handler_object_and_keep_th
         with pytest.raises(Exception, match=rf"xlakern handler '{mod.name}\.scaled' was called wrongly: "
                                             r"it takes the attributes \[k\], the call passed \[\]"):
             jax.block_until_ready(jax.ffi.ffi_call(f"{mod.name}.scaled", SDS(x.shape, x.dtype))(x))
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm (binutils) not installed")
+def test_handlers_call_the_glue_error_paths_defined_in_their_own_unit(fresh_cache, tmp_path):
+    # The handlers' unit only calls the error paths (each module compiles it); their one definition comes from
+    # the generated error-paths unit, compiled once for every module.
+    mod = xlakern.load_cpp_inline(unique_name("errors_unit"), scale_kernel("f", "3.0f"))
+    objects = {}
+    for stem in ("xlakern_handlers", "xlakern_frame_errors"):
+        obj = tmp_path / f"{stem}.o"
+        subprocess.run([REAL_CXX, "-std=c++17", "-fPIC", "-O2", f"-I{xlakern.include_dir()}",
+                        f"-I{jax.ffi.include_dir()}", "-c", str(mod.path.parent / f"{stem}.cc"), "-o", str(obj)],
+                       check=True, capture_output=True)
+        listing = subprocess.run(["nm", "-C", str(obj)], check=True, capture_output=True, text=True).stdout
+        rows = (re.match(r"^\s*[0-9a-f]*\s+([A-Za-z])\s+(.*)$", line) for line in listing.splitlines())
+        objects[stem] = {m.group(2): m.group(1) for m in rows if m and "xk::frame::" in m.group(2)}
+    for fn in ("frame_mismatch", "kernel_failed", "answer_metadata"):
+        used = [kind for sym, kind in objects["xlakern_handlers"].items() if f"xk::frame::{fn}(" in sym]
+        defined = [kind for sym, kind in objects["xlakern_frame_errors"].items() if f"xk::frame::{fn}(" in sym]
+        assert used == ["U"], (fn, used)
+        assert defined == ["T"], (fn, defined)
 
 
 @pytest.mark.parametrize("level, glue_level", [(3, 2), (1, 1)])
