@@ -224,9 +224,13 @@ def scenario(lib: str, kind: str, repeats: int, tmp_root: str) -> dict[str, Any]
     directory = root / "kernels"
     directory.mkdir()
     template, ext = (CPP_FILE, ".cc") if kind == "cpp" else (CUDA_FILE, ".cu")
+
+    def write_files(where: Path, factors: dict[str, float]) -> None:
+        for fn, f in factors.items():
+            (where / f"{fn}{ext}").write_text(template.format(fn=fn, factor=f))
+
     factors = {f"k{i}": float(i + 2) for i in range(4)}
-    for fn, f in factors.items():
-        (directory / f"{fn}{ext}").write_text(template.format(fn=fn, factor=f))
+    write_files(directory, factors)
     env = dict(os.environ, XLAKERN_CACHE_DIR=str(root / "xk-cache"), BRAINEVENT_CACHE_DIR=str(root / "be-cache"),
                TORCH_BUILD_DIR=str(root / "torch-build"), TORCH_EXTENSIONS_DIR=str(root / "torch-ext"),
                XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
@@ -238,14 +242,13 @@ def scenario(lib: str, kind: str, repeats: int, tmp_root: str) -> dict[str, Any]
     out: dict[str, Any] = {"cold_s": run_worker(lib, kind, directory, name, factors, env)}
     time.sleep(1.1)  # a later edit must get a new mtime on coarse-timestamp file systems
     factors["k2"] = -1.5
-    (directory / f"k2{ext}").write_text(template.format(fn="k2", factor=-1.5))
+    write_files(directory, {"k2": -1.5})
     out["edit_s"] = run_worker(lib, kind, directory, name, factors, env)
     out["hit_s"] = [run_worker(lib, kind, directory, name, factors, env) for _ in range(repeats)]
     other = root / "other_kernels"
     other.mkdir()
     other_factors = {f"k{i}": float(i + 2) for i in range(4, 8)}
-    for fn, f in other_factors.items():
-        (other / f"{fn}{ext}").write_text(template.format(fn=fn, factor=f))
+    write_files(other, other_factors)
     out["other_s"] = run_worker(lib, kind, other, f"bench_{kind}_other", other_factors, env)
     return out
 

@@ -27,3 +27,11 @@
 #else
 #define XK_COLD
 #endif
+
+// The out-of-line pieces each library defines once (parallel_run, the frame glue's error paths):
+// hidden, so a module never binds another loaded module's copy.
+#if defined(__GNUC__)
+#define XK_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define XK_HIDDEN
+#endif

@@ -25,16 +25,14 @@ typedef struct CUstream_st* cudaStream_t;
 
 #if defined(__GNUC__)
 #define XK_EXPORT extern "C" __attribute__((visibility("default")))
-#define XK_FRAME_HIDDEN __attribute__((visibility("hidden")))
 #else
 #define XK_EXPORT extern "C"
-#define XK_FRAME_HIDDEN
 #endif
 
 // The module's name, for the handlers' errors. The handlers' object names no module, so one
 // object serves every module with the same entry points (the object store shares it); each
 // library defines this array in a one-line unit compiled at its link.
-extern "C" __attribute__((visibility("hidden"))) const char xk_module_name[];
+extern "C" XK_HIDDEN const char xk_module_name[];
 
 namespace xk {
 namespace frame {
@@ -77,25 +75,25 @@ template <> struct AttrType<double> { static constexpr XLA_FFI_DataType kType = 
 // The glue's error paths, and its once-per-registration answer to XLA's metadata query, are out of
 // line, in xlakern/ffi_frame_errors.h: a library includes that header in one unit (xlakern's loaders
 // link a generated unit that does, one object for every module), so each module's handlers compile
-// without them. Hidden, so a module never binds another module's copy.
+// without them (hidden: see XK_HIDDEN).
 struct Signature;
 // Tells XLA the FFI version the handler was built against and its traits (XLA asks once, at registration).
-XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* answer_metadata(const XLA_FFI_Api* api, XLA_FFI_Metadata_Extension* ext,
+XK_HIDDEN XK_COLD XLA_FFI_Error* answer_metadata(const XLA_FFI_Api* api, XLA_FFI_Metadata_Extension* ext,
                                                        XLA_FFI_Handler_Traits traits);
 // A call the handler refuses (INVALID_ARGUMENT, naming "<module>.<function>").
-XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* called_wrongly(const XLA_FFI_Api* api, const Signature& sig, const char* why);
+XK_HIDDEN XK_COLD XLA_FFI_Error* called_wrongly(const XLA_FFI_Api* api, const Signature& sig, const char* why);
 // What differs, for a frame that frame_fits refuses.
-XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* frame_mismatch(const XLA_FFI_CallFrame* f, const Signature& sig);
-XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* wrong_frame_size(const XLA_FFI_CallFrame* f, const Signature& sig);
+XK_HIDDEN XK_COLD XLA_FFI_Error* frame_mismatch(const XLA_FFI_CallFrame* f, const Signature& sig);
+XK_HIDDEN XK_COLD XLA_FFI_Error* wrong_frame_size(const XLA_FFI_CallFrame* f, const Signature& sig);
 // A C++ exception from the entry point (or from decoding), as the FFI error XLA reports; what is
 // null for an exception of unknown type.
-XK_FRAME_HIDDEN XK_COLD XLA_FFI_Error* kernel_failed(const XLA_FFI_Api* api, const Signature& sig, const char* what);
+XK_HIDDEN XK_COLD XLA_FFI_Error* kernel_failed(const XLA_FFI_Api* api, const Signature& sig, const char* what);
 // A buffer no xk::Tensor can view (an element type outside the table, or too many dimensions).
-[[noreturn]] XK_FRAME_HIDDEN XK_COLD void bad_buffer(const XLA_FFI_Buffer& buffer, const char* role, int64_t index);
+[[noreturn]] XK_HIDDEN XK_COLD void bad_buffer(const XLA_FFI_Buffer& buffer, const char* role, int64_t index);
 // An attribute of another kind or dtype than the signature's (throws CallMismatch).
-[[noreturn]] XK_FRAME_HIDDEN XK_COLD void bad_attr(const XLA_FFI_CallFrame* f, int64_t slot, XLA_FFI_DataType want,
+[[noreturn]] XK_HIDDEN XK_COLD void bad_attr(const XLA_FFI_CallFrame* f, int64_t slot, XLA_FFI_DataType want,
                                                    bool array);
-[[noreturn]] XK_FRAME_HIDDEN XK_COLD void no_stream(const XLA_FFI_Api* api, XLA_FFI_Error* error);
+[[noreturn]] XK_HIDDEN XK_COLD void no_stream(const XLA_FFI_Api* api, XLA_FFI_Error* error);
 
 inline void destroy_error(const XLA_FFI_Api* api, XLA_FFI_Error* error) {
   XLA_FFI_Error_Destroy_Args args;
@@ -257,11 +255,11 @@ class FramePool {
 // What ElementLoop reports when a control handler's buffers do not fit its xlakern_ctl.
 namespace loop_error {
 inline int64_t index(size_t a, size_t n_inputs) { return static_cast<int64_t>(a < n_inputs ? a : a - n_inputs); }
-[[noreturn]] XK_FRAME_HIDDEN XK_COLD void control_size(int64_t size, size_t buffers);
-[[noreturn]] XK_FRAME_HIDDEN XK_COLD void rank(size_t a, size_t n_inputs, int rank, int traced);
-[[noreturn]] XK_FRAME_HIDDEN XK_COLD void batch_rank();
-[[noreturn]] XK_FRAME_HIDDEN XK_COLD void batch_count(size_t a, size_t n_inputs, int extra, int batch_rank);
-[[noreturn]] XK_FRAME_HIDDEN XK_COLD void batch_dim(size_t a, size_t n_inputs, int own, int64_t d, int64_t batch);
+[[noreturn]] XK_HIDDEN XK_COLD void control_size(int64_t size, size_t buffers);
+[[noreturn]] XK_HIDDEN XK_COLD void rank(size_t a, size_t n_inputs, int rank, int traced);
+[[noreturn]] XK_HIDDEN XK_COLD void batch_rank();
+[[noreturn]] XK_HIDDEN XK_COLD void batch_count(size_t a, size_t n_inputs, int extra, int batch_rank);
+[[noreturn]] XK_HIDDEN XK_COLD void batch_dim(size_t a, size_t n_inputs, int own, int64_t d, int64_t batch);
 }  // namespace loop_error
 
 // The handlers that mod.fn(...) calls (target "<module>.<fn>.xk") take one

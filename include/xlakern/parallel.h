@@ -22,6 +22,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "xlakern/config.h"
+
 #if defined(__CUDACC__)
 
 // Sources that nvcc compiles belong to CUDA modules, whose handlers run on a GPU
@@ -88,10 +90,7 @@ class ThreadPoolScope {
 // xlakern/parallel_run.h: the pool's bookkeeping needs <mutex>, <condition_variable>,
 // <memory> and <atomic>, which cost each translation unit that included them about
 // 0.3 s of g++'s time, and its code was compiled again for every parallel_for body.
-#if defined(__GNUC__)
-__attribute__((visibility("hidden")))
-#endif
-void parallel_run(int64_t n, int64_t chunk, int64_t threads, void (*run_range)(void* fn, int64_t begin, int64_t end),
+XK_HIDDEN void parallel_run(int64_t n, int64_t chunk, int64_t threads, void (*run_range)(void* fn, int64_t begin, int64_t end),
                   void* fn);
 
 }  // namespace detail

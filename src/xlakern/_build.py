@@ -362,7 +362,7 @@ def clear_objects(root: Path) -> int:
 
 @dataclasses.dataclass
 class _Step:
-    what: str  # "compile <label>", "compile generated handlers", "compile generated pool", "compile generated frame errors" or "link"
+    what: str  # "compile <label>", "compile generated <unit>" (handlers, pool, frame errors) or "link"
     command: list[str]
     label: str
     output: Path
