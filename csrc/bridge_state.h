@@ -40,7 +40,7 @@ xla::ffi::ErrorOr<std::unique_ptr<BridgeState<K>>> instantiate_bridge_state(std:
         xla::ffi::ErrorCode::kNotFound,
         std::string("xlakern: this program runs ") + what + " " + std::string(key.substr(0, 16)) +
             "..., which this process has not compiled. The program was probably compiled by "
-            "another process (JAX's persistent compilation cache); call the " + wrapper +
+            "another process (JAX's persistent compilation cache, or jax.export); call the " + wrapper +
             " wrapper in this process before running it."));
   }
   return std::make_unique<BridgeState<K>>(BridgeState<K>{std::move(kernel)});

@@ -79,6 +79,7 @@ from ._loading import (
 )
 from . import _module  # noqa: F401  (the loaders' old home, reached as xlakern._module)
 from ._diagnostics import print_diagnostics
+from ._exporting import deserialize, export, prepare_exported
 from ._dropin import install_as_brainevent
 from ._numba_cpu import numba_kernel, numba_kernel_cache_info
 from ._numba_cuda import numba_cuda_kernel, numba_cuda_launch_config
@@ -144,6 +145,8 @@ __all__ = [
     # every XLACustomKernel by name and tag; rules for any primitive; arg_spec spelling; extra target names
     "get_registry", "get_primitives_by_tags", "get_all_primitive_names", "defjvp", "general_batching_rule",
     "normalize_tokens", "register_ffi_target",
+    # jax.export of programs that call xlakern's kernels, and running them in another process
+    "export", "prepare_exported", "deserialize",
 ]
 
 # Event-driven operators (xlakern.event) under BrainEvent 0.3's names; the subpackage uses only

@@ -136,10 +136,15 @@ def register_alias(platform: str, name: str, handler: Any, owner: tuple[str, str
         register_targets(platform, [(name, handler, {})], accepted=lambda n: _aliases.__setitem__(n, owner))
 
 
+def owned_targets() -> set[str]:
+    """Every FFI target xlakern handed to XLA in this process, the modules' control twins included."""
+    modules = {t for (_, _, _, _, targets) in _runtime.modules() for t in targets}
+    return modules | set(_registered) | set(_aliases)
+
+
 def registered_targets() -> list[str]:
     """Every FFI target xlakern handed to XLA in this process: modules' and generic ones."""
-    modules = [t for (_, _, _, _, targets) in _runtime.modules() for t in targets if not is_control_target(t)]
-    return sorted(modules + list(_registered) + list(_aliases))
+    return sorted(t for t in owned_targets() if not is_control_target(t))
 
 
 # Largest element count and byte size XLA can address (int64).

@@ -137,6 +137,38 @@ def jax_backends_started() -> bool:
     return bool(probe()) if probe is not None else False
 
 
+# jax.export's name for "allow every custom call" among DisabledSafetyCheck.custom_call targets: its
+# module check (jax._src.export._export._check_module) reads it in jax 0.4.3x-0.11 (tested 0.10.2,
+# 0.11.2). Where a jax lacks it, xlakern.export's lenient first export fails and export says so.
+EXPORT_ALL_CUSTOM_CALLS = "ALL"
+
+
+def export_stable_targets() -> frozenset[str]:
+    """The custom-call targets jax.export accepts without being told (its compatibility list).
+
+    ``jax._src.export._export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE`` in jax 0.4.3x-0.11 (tested 0.10.2,
+    0.11.2). Without it the set is empty, and xlakern.export lets jax.export judge every foreign target.
+    """
+    try:
+        from jax._src.export import _export
+    except ImportError:  # pragma: no cover
+        return frozenset()
+    return frozenset(getattr(_export, "_CUSTOM_CALL_TARGETS_GUARANTEED_STABLE", ()))
+
+
+def xla_custom_call_targets(platform: str) -> frozenset[str] | None:
+    """Every custom-call target XLA holds for ``platform`` ('cpu', 'cuda'), by any library, or None if
+    unknown. Stands in for a public query, which jax does not have; ``xla_client.custom_call_targets``
+    exists in jax 0.4.3x-0.11 (tested 0.10.2, 0.11.2)."""
+    listing = getattr(_xla_client, "custom_call_targets", None)
+    if listing is None:  # pragma: no cover
+        return None
+    try:
+        return frozenset(listing(platform))
+    except Exception:  # pragma: no cover - a platform XLA does not know
+        return None
+
+
 # =========================================================================== Numba private names
 #
 # The Numba internals the bridges use, each behind one function that says which public API it

@@ -95,7 +95,7 @@ class OptionError(XlakernError, TypeError):
 
 
 class PlatformError(XlakernError, ValueError):
-    """A platform name is not one of 'cpu', 'gpu', 'tpu'."""
+    """A platform name is not one of 'cpu', 'gpu', 'tpu', or a program cannot run on this platform."""
 
 
 class BackendError(KernelError, LookupError):

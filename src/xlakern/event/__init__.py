@@ -19,6 +19,7 @@ from ._errors import (
     UnsupportedOperationError,
 )
 from ._events import BinaryArray, BitPackedBinary, CompactBinary, EventRepresentation, WeightedArray, bitpack
+from ._kernels import load_named_module as load_kernel_module  # xlakern.prepare_exported's, by module name
 from ._kernels import (
     binary_csrmm_p, binary_csrmv_p, binary_densemm_p, binary_densemv_p, binary_fcnmm_p, binary_fcnmv_p, csrmm_p,
     csrmv_p, densemm_p, densemv_p, fcnmm_p, fcnmv_p,

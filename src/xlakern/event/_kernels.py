@@ -19,6 +19,7 @@ import functools
 import math
 import os
 from pathlib import Path
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -45,12 +46,19 @@ def _loader_of(sources: tuple[str, ...]):
     return (lambda **kw: load_dir(KERNEL_DIR, file_patterns=list(sources), **kw)), flags_option
 
 
+# Every kernel module by the start of its name, for load_named_module: "xlakern_<stem>" -> (platform,
+# loader of the module built for every combination of dtypes, loader of one combination or None).
+_BY_STEM: dict[str, tuple[str, Callable[[], object], Callable[[str, str, int], object] | None]] = {}
+
+
 def kernel_module(source: str, *more_sources: str):
     """The loader of ``kernels/<source>`` (C++, or CUDA for a ``.cu``; with ``more_sources``, the
     further translation units of the same module), module ``xlakern_<stem>``: it compiles on its first
     call (once per machine), then loads from xlakern's cache, once a process."""
     load, _ = _loader_of((source, *more_sources))
-    return functools.lru_cache(maxsize=None)(lambda: load(name="xlakern_" + Path(source).stem))
+    loader = functools.lru_cache(maxsize=None)(lambda: load(name="xlakern_" + Path(source).stem))
+    _BY_STEM.setdefault("xlakern_" + Path(source).stem, ("gpu" if source.endswith(".cu") else "cpu", loader, None))
+    return loader
 
 
 # The xk::DType enumerators that event_common.h's XK_EVENT_ONLY_* macros take, by NumPy dtype name (from the
@@ -89,6 +97,9 @@ def operand_module(source: str, *more_sources: str):
         name = f"xlakern_{stem}_{weights}_{indices}_{f'b{spikes}' if spikes else 'f'}"
         return load(name=name, **{flags_option: operand_flags(weights, indices, spikes)})
 
+    platform, _, _ = _BY_STEM[f"xlakern_{stem}"]
+    _BY_STEM[f"xlakern_{stem}"] = (platform, every_dtype, build)
+
     def loader(weights="float32", indices="int32", spikes="bool", binary: bool = True):
         builds = os.environ.get("XLAKERN_EVENT_BUILDS", "")
         if builds == "all":
@@ -101,6 +112,32 @@ def operand_module(source: str, *more_sources: str):
         return build(jnp.dtype(weights).name, index_name, jnp.dtype(spikes).itemsize if binary else 0)
 
     return loader
+
+
+def known_module(name: str, platform: str, loader: Callable[[], object]) -> None:
+    """Let :func:`load_named_module` find module ``name``, which ``loader()`` loads some other way."""
+    _BY_STEM.setdefault(name, (platform, loader, None))
+
+
+def load_named_module(name: str, platform: str) -> bool:
+    """Load the kernel module ``name`` (``xlakern_<stem>`` or ``xlakern_<stem>_<weights>_<indices>_<spikes>``,
+    as the loaders above name them) if it is one of this package's and runs on ``platform`` ('cpu' or 'gpu'):
+    compiled on its first use on this machine, else taken from the cache. Returns whether it was one.
+    What :func:`xlakern.prepare_exported` calls for a program exported in another process."""
+    for prefix, (where, every_dtype, build) in _BY_STEM.items():
+        if where != platform:
+            continue
+        if name == prefix:
+            every_dtype()
+            return True
+        if build is None or not name.startswith(prefix + "_"):
+            continue
+        parts = name[len(prefix) + 1:].split("_")
+        if len(parts) == 3 and parts[0] in _DTYPE_ENUM and parts[1] in ("int32", "int64") and (
+                parts[2] == "f" or parts[2] in ("b1", "b2", "b4", "b8")):
+            build(parts[0], parts[1], 0 if parts[2] == "f" else int(parts[2][1:]))
+            return True
+    return False
 
 
 cpu_module = operand_module("event_cpu.cc")

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import XLACustomKernel, load_cpp_file, load_cuda_file
+from ._kernels import known_module
 from . import _units
 from ._errors import EventDTypeError, EventShapeError, EventUnitError
 from ._layouts import FixedNumPerPre
@@ -65,6 +66,10 @@ def _cuda_module():
     # One call is a whole simulation: a CUDA graph around it would gain nothing, and its grid
     # mode is a cooperative launch, which stream capture need not accept.
     return load_cuda_file(KERNEL_DIR / "lif_cuda.cu", name="xlakern_lif_cuda", allow_cuda_graph=False)
+
+
+known_module("xlakern_lif_cpu", "cpu", _cpu_module)
+known_module("xlakern_lif_cuda", "gpu", _cuda_module)
 
 
 @dataclasses.dataclass(frozen=True)
