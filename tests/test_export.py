@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -196,6 +197,25 @@ def test_event_kernel_modules_load_by_name():
     assert not load("xlakern_event_cuda_float32_int32_b1", "cpu")  # another platform's
     assert not load("xlakern_event_cpu_float32_int32_b3", "cpu")  # no such spike width
     assert not load("xlakern_not_a_kernel", "cpu")
+
+
+def test_symbolic_shapes_are_refused_with_a_message():
+    """jax.export's shape polymorphism reaches a kernel as a symbolic dimension: a CallError naming the call
+    and the dimension (it used to be jax's InconclusiveDimensionOperation from deep inside xlakern)."""
+    b, = jax.export.symbolic_shape("b")
+    n = 50
+    ops = xlakern.load_cpp_inline("export_symbolic", SCALE_SRC)
+    csr = xlakern.CSR.fromdense(np.eye(n, dtype=np.float32))
+    calls = {
+        "export_symbolic.scale: input 0": lambda x: ops.scale(x, outs=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                                              a=np.float32(2.0)),
+        "binary_csrmm: outs[0]": lambda S: xlakern.BinaryArray(S) @ csr,
+    }
+    args = {"export_symbolic.scale: input 0": jax.ShapeDtypeStruct((b,), jnp.float32),
+            "binary_csrmm: outs[0]": jax.ShapeDtypeStruct((b, n), jnp.bool_)}
+    for what, fn in calls.items():
+        with pytest.raises(xlakern.CallError, match=rf"{re.escape(what)} has shape .*symbolic dimension b"):
+            xlakern.export(jax.jit(fn), platforms=["cpu"])(args[what])
 
 
 def test_prepare_refuses_a_program_of_another_platform(rng):

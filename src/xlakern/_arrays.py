@@ -17,13 +17,30 @@ from typing import Any
 import jax
 import numpy as np
 
+from .errors import CallError
+
 
 def describes_array(x: Any) -> bool:
     """Whether ``x`` has a shape and a dtype (a ShapeDtypeStruct, an array, a tracer)."""
     return getattr(x, "shape", None) is not None and getattr(x, "dtype", None) is not None
 
 
-def as_struct(x: Any) -> jax.ShapeDtypeStruct:
+def static_shape(shape: Any, what: str) -> tuple[int, ...]:
+    """``shape`` as Python ints; a symbolic dimension (``jax.export``'s shape polymorphism) is a
+    :class:`CallError` naming ``what``: a kernel's launch and its attributes are fixed per shape."""
+    dims = []
+    for d in shape:
+        try:
+            dims.append(int(d))
+        except Exception:  # jax's InconclusiveDimensionOperation, or any dimension int() refuses
+            shown = "(" + ", ".join(str(e) for e in shape) + ("," if len(shape) == 1 else "") + ")"
+            raise CallError(f"{what} has shape {shown}, with the symbolic dimension {d}: "
+                            f"xlakern's kernels take static shapes. Export the program once for each size it "
+                            f"runs at (concrete shapes), or keep this call out of the polymorphic part") from None
+    return tuple(dims)
+
+
+def as_struct(x: Any, what: str = "an array") -> jax.ShapeDtypeStruct:
     """``x``'s shape and dtype as a ``jax.ShapeDtypeStruct`` of Python ints and a NumPy dtype
-    (hashable and comparable, whatever kind of description ``x`` was)."""
-    return jax.ShapeDtypeStruct(tuple(int(d) for d in x.shape), np.dtype(x.dtype))
+    (hashable and comparable, whatever kind of description ``x`` was); ``what`` names it in errors."""
+    return jax.ShapeDtypeStruct(static_shape(x.shape, what), np.dtype(x.dtype))

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _compat, _runtime
-from ._arrays import as_struct, describes_array
+from ._arrays import as_struct, describes_array, static_shape
 from ._codegen import is_control_target
 from .errors import CallError, KernelExecutionError, RegistrationError
 
@@ -156,12 +156,13 @@ def check_size(who: str, role: str, i: int, shape: Sequence[int], dtype: Any) ->
 
     XLA computes both in int64 and aborts the process on overflow, so it must never see one.
     """
+    shape = static_shape(shape, f"{who}: {role} {i}")
     count = 1
     for d in shape:
-        count *= int(d)
+        count *= d
     nbytes = count * np.dtype(dtype).itemsize
-    if any(int(d) < 0 for d in shape) or nbytes > _INT64_MAX or count > _INT64_MAX:
-        raise CallError(f"{who}: {role} {i} has shape {tuple(int(d) for d in shape)}, whose element count or "
+    if any(d < 0 for d in shape) or nbytes > _INT64_MAX or count > _INT64_MAX:
+        raise CallError(f"{who}: {role} {i} has shape {shape}, whose element count or "
                         f"size in bytes does not fit in int64; no buffer can have it. Check the shape")
 
 
@@ -175,7 +176,7 @@ def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
         if not describes_array(o):
             raise CallError(f"{who}: outs= entry {i} is {type(o).__name__}, not a jax.ShapeDtypeStruct")
         check_size(who, "outs= entry", i, o.shape, o.dtype)
-        structs.append(as_struct(o))
+        structs.append(as_struct(o, f"{who}: outs= entry {i}"))
     return structs, treedef
 
 
