@@ -16,6 +16,13 @@ import jax
 import jax.numpy as jnp
 
 import xlakern
+from conftest import gpu_available
+
+try:
+    xlakern._toolchain.find_nvcc()
+    HAVE_NVCC = True
+except xlakern.ToolchainError:
+    HAVE_NVCC = False
 
 pytest.importorskip("flatbuffers", reason="jax.export's serialization needs flatbuffers (make test installs it)")
 
@@ -168,6 +175,31 @@ def test_exported_event_program_runs_in_a_fresh_process_on_the_gpu(tmp_path, rng
     """The same program exported for CUDA, with the user's module in CUDA C++: the child (on the GPU) loads
     the CUDA event kernels by name."""
     _export_and_check(tmp_path, rng, "gpu", "cuda")
+
+
+@pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not installed (the CUDA half of the program is compiled here)")
+def test_a_program_exported_for_cpu_and_cuda_runs_on_the_cpu(tmp_path, rng, monkeypatch):
+    """One export for both platforms (CUDA kernels built for sm_90 where JAX sees no GPU) names both
+    platforms' event modules; a CPU process loads only the CPU one and runs it."""
+    if not gpu_available():
+        monkeypatch.setenv("XLAKERN_CUDA_ARCH", "90")
+    n = 60
+    dense = ((rng.random((n, n)) < 0.1) * rng.uniform(0.1, 1.0, (n, n))).astype(np.float32)
+    csr = xlakern.CSR.fromdense(dense)
+    s = rng.random(n) < 0.3
+    exp = xlakern.export(jax.jit(lambda s: xlakern.BinaryArray(s) @ csr), platforms=["cpu", "cuda"])(s)
+    targets = xlakern._exporting.custom_call_targets(exp)
+    assert any("xlakern_event_cpu_" in t for t in targets) and any("xlakern_event_cuda_" in t for t in targets)
+    (tmp_path / "prog.bin").write_bytes(exp.serialize())
+    np.save(tmp_path / "s.npy", s)
+    code = ("import sys, numpy as np, xlakern\n"
+            "exp = xlakern.deserialize(open(sys.argv[1], 'rb').read())\n"
+            "np.save(sys.argv[3], np.asarray(exp.call(np.load(sys.argv[2]))))\n")
+    res = subprocess.run([sys.executable, "-c", code, str(tmp_path / "prog.bin"), str(tmp_path / "s.npy"),
+                          str(tmp_path / "y.npy")], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), s.astype(np.float64) @ dense, rtol=1e-5, atol=1e-6)
 
 
 def test_export_leaves_other_custom_calls_to_jax(rng):
