@@ -125,7 +125,8 @@ def prepare_exported(exported: Any) -> Any:
             f"the exported program calls FFI targets that no module in this process provides: "
             f"{', '.join(named)}. Load the module{'s' if len(modules) > 1 else ''} {', '.join(map(repr, modules))} "
             f"first, with the same load_* call (name, sources, options) that built "
-            f"{'them' if len(modules) > 1 else 'it'} when the program was exported (a cache hit), then prepare again")
+            f"{'them' if len(modules) > 1 else 'it'} when the program was exported (a cache hit; or call once the "
+            f"operation whose kernel generator loads it), then prepare again")
     return exported
 
 
