@@ -12,7 +12,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -25,22 +25,26 @@ def describes_array(x: Any) -> bool:
     return getattr(x, "shape", None) is not None and getattr(x, "dtype", None) is not None
 
 
-def static_shape(shape: Any, what: str) -> tuple[int, ...]:
+def static_shape(shape: Any, what: Callable[[], str]) -> tuple[int, ...]:
     """``shape`` as Python ints; a symbolic dimension (``jax.export``'s shape polymorphism) is a
-    :class:`CallError` naming ``what``: a kernel's launch and its attributes are fixed per shape."""
-    dims = []
+    :class:`CallError` naming ``what()`` (called only then: this runs on every call of a kernel), since
+    a kernel's launch and its attributes are fixed per shape."""
+    try:
+        return tuple(map(int, shape))
+    except Exception:  # jax's InconclusiveDimensionOperation, or any dimension int() refuses
+        pass
     for d in shape:
         try:
-            dims.append(int(d))
-        except Exception:  # jax's InconclusiveDimensionOperation, or any dimension int() refuses
+            int(d)
+        except Exception:
             shown = "(" + ", ".join(str(e) for e in shape) + ("," if len(shape) == 1 else "") + ")"
-            raise CallError(f"{what} has shape {shown}, with the symbolic dimension {d}: "
+            raise CallError(f"{what()} has shape {shown}, with the symbolic dimension {d}: "
                             f"xlakern's kernels take static shapes. Export the program once for each size it "
                             f"runs at (concrete shapes), or keep this call out of the polymorphic part") from None
-    return tuple(dims)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
-def as_struct(x: Any, what: str = "an array") -> jax.ShapeDtypeStruct:
+def as_struct(x: Any, what: Callable[[], str] = lambda: "an array") -> jax.ShapeDtypeStruct:
     """``x``'s shape and dtype as a ``jax.ShapeDtypeStruct`` of Python ints and a NumPy dtype
-    (hashable and comparable, whatever kind of description ``x`` was); ``what`` names it in errors."""
+    (hashable and comparable, whatever kind of description ``x`` was); ``what()`` names it in errors."""
     return jax.ShapeDtypeStruct(static_shape(x.shape, what), np.dtype(x.dtype))

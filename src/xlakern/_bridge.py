@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import inspect
+import math
 import os
 import re
 import threading
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _compat, _runtime
-from ._arrays import as_struct, describes_array, static_shape
+from ._arrays import describes_array, static_shape
 from ._codegen import is_control_target
 from .errors import CallError, KernelExecutionError, RegistrationError
 
@@ -151,19 +152,18 @@ def registered_targets() -> list[str]:
 _INT64_MAX = 2**63 - 1
 
 
-def check_size(who: str, role: str, i: int, shape: Sequence[int], dtype: Any) -> None:
-    """Refuse a shape whose element count or byte size does not fit in int64.
+def check_size(who: str, role: str, i: int, shape: Sequence[int], dtype: Any) -> tuple[int, ...]:
+    """Refuse a shape whose element count or byte size does not fit in int64; return it as Python ints.
 
     XLA computes both in int64 and aborts the process on overflow, so it must never see one.
     """
-    shape = static_shape(shape, f"{who}: {role} {i}")
-    count = 1
-    for d in shape:
-        count *= d
+    shape = static_shape(shape, lambda: f"{who}: {role} {i}")
+    count = math.prod(shape)
     nbytes = count * np.dtype(dtype).itemsize
-    if any(d < 0 for d in shape) or nbytes > _INT64_MAX or count > _INT64_MAX:
+    if (shape and min(shape) < 0) or nbytes > _INT64_MAX or count > _INT64_MAX:
         raise CallError(f"{who}: {role} {i} has shape {shape}, whose element count or "
                         f"size in bytes does not fit in int64; no buffer can have it. Check the shape")
+    return shape
 
 
 def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
@@ -175,8 +175,7 @@ def flatten_outs(outs: Any, who: str) -> tuple[list[Any], Any]:
     for i, o in enumerate(flat):
         if not describes_array(o):
             raise CallError(f"{who}: outs= entry {i} is {type(o).__name__}, not a jax.ShapeDtypeStruct")
-        check_size(who, "outs= entry", i, o.shape, o.dtype)
-        structs.append(as_struct(o, f"{who}: outs= entry {i}"))
+        structs.append(jax.ShapeDtypeStruct(check_size(who, "outs= entry", i, o.shape, o.dtype), np.dtype(o.dtype)))
     return structs, treedef
 
 

@@ -171,7 +171,7 @@ class CompiledFunction:
         values[_codegen.CONTROL_ATTR] = np.array(
             [zero, *(len(x.shape) for x in arrays), *(len(o.shape) for o in flat_outs)], np.int64)
         results = _bridge.run_ffi(_codegen.control_target(self.target),
-                                  [as_struct(o, f"{self.target}: output {i}") for i, o in enumerate(flat_outs)],
+                                  [as_struct(o, lambda i=i: f"{self.target}: output {i}") for i, o in enumerate(flat_outs)],
                                   arrays, values, vmap_method, input_output_aliases)
         if traced:  # the platform is known only when the trace is lowered: check it there
             results = [_platform_guard().bind(r, target=self.target, platform=self.module.platform)

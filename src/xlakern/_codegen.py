@@ -44,13 +44,21 @@ def control_handler_symbol(entry_name: str) -> str:
     return f"xk_ctl_{entry_name}"
 
 
+_CONTROL_SUFFIX = ".xk"  # the control twin of target "mod.fn" is "mod.fn.xk"
+
+
 def control_target(target: str) -> str:
-    return f"{target}.xk"
+    return target + _CONTROL_SUFFIX
+
+
+def entry_target(target: str) -> str:
+    """The target ``mod.fn`` a control twin stands for (``target`` itself if it is not one)."""
+    return target[:-len(_CONTROL_SUFFIX)] if is_control_target(target) else target
 
 
 def is_control_target(target: str) -> bool:
     """Whether ``target`` is the control twin ``mod.fn`` calls (not listed to users)."""
-    return target.endswith(".xk")
+    return target.endswith(_CONTROL_SUFFIX)
 
 
 def _c_string(text: str) -> str:

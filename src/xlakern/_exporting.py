@@ -27,7 +27,7 @@ import jax
 from jax import export as _jax_export
 
 from . import _bridge, _compat, _runtime
-from ._codegen import is_control_target
+from ._codegen import entry_target
 from .errors import PlatformError, RegistrationError
 
 _CHECK = _jax_export.DisabledSafetyCheck
@@ -120,7 +120,7 @@ def prepare_exported(exported: Any) -> Any:
     # a program exported for several platforms names every platform's targets: only this one's must be here
     if missing and len(exported.platforms) == 1:
         modules = sorted({t.split(".", 1)[0] for t in missing})
-        named = sorted({t[:-3] if is_control_target(t) else t for t in missing})  # as the user spells them
+        named = sorted({entry_target(t) for t in missing})  # as the user spells them
         raise RegistrationError(
             f"the exported program calls FFI targets that no module in this process provides: "
             f"{', '.join(named)}. Load the module{'s' if len(modules) > 1 else ''} {', '.join(map(repr, modules))} "

@@ -78,7 +78,7 @@ def _struct(o: Any, op: str, i: int):
     if not describes_array(o):
         raise CallError(f"{op}: outs[{i}] must be a jax.ShapeDtypeStruct (or have .shape and .dtype); "
                         f"got {type(o).__name__}")
-    return as_struct(o, f"{op}: outs[{i}]")
+    return as_struct(o, lambda: f"{op}: outs[{i}]")
 
 
 def _rewrap(exc: BaseException, msg: str) -> BaseException:
