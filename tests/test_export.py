@@ -204,7 +204,9 @@ def test_a_program_exported_for_cpu_and_cuda_runs_on_the_cpu(tmp_path, rng, monk
 
 def test_exported_vjp_matches_the_dense_gradient(rng):
     """serialize(vjp_order=1) exports the backward pass too (other kernels: the weight gradient's); its
-    gradient in the weights and in float spikes is jnp's on the dense matrix."""
+    gradient in the weights and in float spikes is jnp's on the dense matrix. Exported for the CPU and
+    called on CPU arrays, also in a process whose default device is a GPU (prepare_exported serves every
+    platform the process has, not only the default one's)."""
     n = 70
     dense = (rng.random((n, n)) < 0.1) * rng.normal(size=(n, n))
     csr = xlakern.CSR.fromdense(dense.astype(np.float32))

@@ -73,12 +73,17 @@ def export(fun: Callable[..., Any], *, disabled_checks: Sequence[Any] = (), **kw
     return do_export
 
 
-def _platform_now() -> str:
-    """The platform this process runs programs on, in jax.export's spelling ('cpu', 'cuda', 'rocm', 'tpu')."""
-    device = jax.devices()[0]
-    if device.platform != "gpu":
-        return device.platform
-    return "rocm" if "rocm" in getattr(device.client, "platform_version", "").lower() else "cuda"
+def _platforms_here() -> list[str]:
+    """The platforms this process can run programs on, in jax.export's spelling ('cpu', 'cuda', 'rocm',
+    'tpu'): the CPU always, and each other backend JAX has devices of."""
+    found = ["cpu"]
+    for device in jax.devices():
+        name = device.platform
+        if name == "gpu":
+            name = "rocm" if "rocm" in getattr(device.client, "platform_version", "").lower() else "cuda"
+        if name not in found:
+            found.append(name)
+    return found
 
 
 def prepare_exported(exported: Any) -> Any:
@@ -96,16 +101,16 @@ def prepare_exported(exported: Any) -> Any:
         exp = xlakern.prepare_exported(jax.export.deserialize(blob))
         out = exp.call(x)
     """
-    here = _platform_now()
-    if here not in exported.platforms:
+    available = _platforms_here()
+    here = [p for p in exported.platforms if p in available]
+    if not here:
         raise PlatformError(f"this program was exported for {', '.join(exported.platforms)} and this process "
-                            f"runs on {here}: export it again with platforms=[{here!r}, ...]")
-    platform = "cpu" if here == "cpu" else "gpu"
-    bridges = {b.name for b in _runtime.bridge_targets() if b.platform.lower() == here}
-    known = _known_targets(here)
+                            f"runs on {', '.join(available)}: export it again with platforms=[{available[-1]!r}, ...]")
+    known = set().union(*map(_known_targets, here))
     missing = [t for t in custom_call_targets(exported) if t not in known]
     if not missing:
         return exported
+    bridges = {b.name for b in _runtime.bridge_targets() if b.platform.lower() in here}
     event = None
     for target in missing:
         if target in bridges:
@@ -114,8 +119,10 @@ def prepare_exported(exported: Any) -> Any:
         module = target.split(".", 1)[0]
         if module.startswith("xlakern_"):
             event = event or importlib.import_module(".event", __package__)
-            event.load_kernel_module(module, platform)
-    known = _known_targets(here)
+            for platform in here:  # (a module's name says its platform: at most one loads it)
+                if event.load_kernel_module(module, "cpu" if platform == "cpu" else "gpu"):
+                    break
+    known = set().union(*map(_known_targets, here))
     missing = [t for t in missing if t not in known]
     # a program exported for several platforms names every platform's targets: only this one's must be here
     if missing and len(exported.platforms) == 1:
