@@ -234,14 +234,17 @@ def test_delay_cuda_kernel_compiles():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("ranges", ["", "1"], ids=["ranges-ahead", "ranges-per-row"])
 @pytest.mark.parametrize("walk", ["", "1"], ids=["32-bit", "64-bit"])
 @pytest.mark.parametrize("rows_a_warp", ["", "1", "32"])
-def test_gpu_delay_matches_numpy(rows_a_warp, walk, monkeypatch):
-    """Also with the rows a warp walks forced to one and to 32 (XLAKERN_SCATTER_ROWS), and with the
-    64-bit walk forced (XLAKERN_WALK32=1; int32 indices take the 32-bit one)."""
+def test_gpu_delay_matches_numpy(rows_a_warp, walk, ranges, monkeypatch):
+    """Also with the rows a warp walks forced to one and to 32 (XLAKERN_SCATTER_ROWS), with the
+    64-bit walk forced (XLAKERN_WALK32=1; int32 indices take the 32-bit one), and with both ways of
+    reading the rows' ranges (XLAKERN_ROW_RANGES)."""
     if rows_a_warp:
         monkeypatch.setenv("XLAKERN_SCATTER_ROWS", rows_a_warp)
     monkeypatch.setenv("XLAKERN_WALK32", walk)
+    monkeypatch.setenv("XLAKERN_ROW_RANGES", ranges)
     rng = np.random.default_rng()
     rows, cols, indptr, data, delays = network(rng)
     events = rng.random((STEPS, N_PRE)) < 0.2

@@ -105,14 +105,18 @@ def _ragged_csr(rng, nrows, ncols, max_len, n_bad):
     return idx, ptr, messy, m_rows, m_slots
 
 
+@pytest.mark.parametrize("ranges", ["", "1"], ids=["ranges-ahead", "ranges-per-row"])
 @pytest.mark.parametrize("walk", ["", "1"], ids=["mv32", "64-bit"])
 @pytest.mark.parametrize("wdtype", [np.float16, np.float32, np.float64])
-def test_scatter_mv_in_32_and_64_bit_arithmetic(rng, walk, wdtype, monkeypatch):
+def test_scatter_mv_in_32_and_64_bit_arithmetic(rng, walk, wdtype, ranges, monkeypatch):
     """An mv scatter with int32 indices takes the 32-bit walk unless XLAKERN_WALK32=1 forces the
     64-bit one; both must give NumPy's float64 sums. Rows of 0-150 synapses, some indices out of range
     (negative, at ncols, near 2^31: dropped), an indptr that decreases in places and overshoots nse
-    (clamped), bool and float spikes, one weight per synapse and a shared one, fixed-count rows of 70 and 0."""
+    (clamped), bool and float spikes, one weight per synapse and a shared one, fixed-count rows of 70 and 0.
+    Both ways of reading the rows' ranges too (XLAKERN_ROW_RANGES: every lane's beside its spike, the
+    default; or each active row's as the walk comes to it)."""
     monkeypatch.setenv("XLAKERN_WALK32", walk)
+    monkeypatch.setenv("XLAKERN_ROW_RANGES", ranges)
     nrows, ncols, k = 7001, 2999, 70
     idx, ptr, messy, m_rows, m_slots = _ragged_csr(rng, nrows, ncols, 150, 50)
     nse = idx.size

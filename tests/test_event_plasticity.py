@@ -365,15 +365,18 @@ def test_plasticity_cuda_kernel_compiles():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("ranges", ["", "1"], ids=["ranges-ahead", "ranges-per-row"])
 @pytest.mark.parametrize("walk", ["", "1"], ids=["32-bit", "64-bit"])
 @pytest.mark.parametrize("rows_a_warp", ["", "1", "32"])
-def test_gpu_stdp_matches_cpu(rows_a_warp, walk, monkeypatch):
+def test_gpu_stdp_matches_cpu(rows_a_warp, walk, ranges, monkeypatch):
     """Also with the rows a warp walks forced to one and to 32 (XLAKERN_SCATTER_ROWS; the launcher picks
-    from the size, so the default covers one value only), and with the 64-bit walk forced
-    (XLAKERN_WALK32=1; int32 indices take the 32-bit one)."""
+    from the size, so the default covers one value only), with the 64-bit walk forced
+    (XLAKERN_WALK32=1; int32 indices take the 32-bit one), and with both ways of reading the rows'
+    ranges (XLAKERN_ROW_RANGES)."""
     if rows_a_warp:
         monkeypatch.setenv("XLAKERN_SCATTER_ROWS", rows_a_warp)
     monkeypatch.setenv("XLAKERN_WALK32", walk)
+    monkeypatch.setenv("XLAKERN_ROW_RANGES", ranges)
     gpu = jax.devices("gpu")[0]
     rng = np.random.default_rng()
     mask, w = network(rng)

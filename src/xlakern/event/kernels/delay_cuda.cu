@@ -34,20 +34,22 @@ template <typename P, typename W, typename I, typename S, bool B>
 __global__ void __launch_bounds__(kThreads) deliver_kernel(W* ring, const S* ev, const W* data, const I* idx,
                                                            const I* indptr, const int32_t* delays, const int32_t* t,
                                                            P nrows, P ncols, P nse, int32_t nslots, bool homo,
-                                                           SpikeRule<S, B> rule, int rows_per_warp) {
+                                                           SpikeRule<S, B> rule, int rows_per_warp, RangeRead ranges) {
   using U = std::make_unsigned_t<P>;
   const P first_row = warp_first_row<P>(rows_per_warp);
   const int lane = int(threadIdx.x) & 31;
   if (first_row >= nrows) return;  // (the whole warp)
   const int32_t step = *t;  // (issued beside the events' load)
   const S x = lane_spike(ev, first_row, nrows, rows_per_warp);
+  P lane_begin, lane_end;
+  lane_row_range(ranges, indptr, P(-1), nse, first_row, nrows, rows_per_warp, lane_begin, lane_end);
   unsigned pending = __ballot_sync(0xffffffffu, rule.active(x));
   if (pending == 0) return;
   const int32_t t0 = int32_t(floor_mod(int64_t(step), int64_t(nslots)));
   for_each_active_row(pending, first_row, [&](P r, int src) {
     const W f = __shfl_sync(0xffffffffu, rule.template value<W>(x), src);
     P begin, end;
-    row_range(indptr, -1, nse, r, begin, end);
+    walk_row_range(ranges, indptr, P(-1), nse, r, src, lane_begin, lane_end, begin, end);
     for (P e0 = begin + lane; e0 < end; e0 += kRound * 32) {
       // every load of the round first: a slot branches on its delay (the modulo of a delay outside
       // [1, L)), and a branch between loads would wait for that delay before the next slot's loads went
@@ -96,7 +98,7 @@ void delay_deliver(const xk::Tensor ring, const xk::Tensor events, const xk::Ten
                                                       indices.data_ptr<I>(), indptr.data_ptr<I>(),
                                                       delays.data_ptr<int32_t>(), t.data_ptr<int32_t>(), P(g.nrows),
                                                       P(g.ncols), P(g.nse), int32_t(g.nslots), g.homo, rule,
-                                                      rows_per_warp);
+                                                      rows_per_warp, range_read());
         };
         if constexpr (std::is_same_v<I, int32_t>) {
           if (walk32_fits({g.nrows, g.ncols, g.nse, g.nslots * g.ncols})) return launch(Tag<int32_t>{});

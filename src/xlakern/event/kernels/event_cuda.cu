@@ -14,7 +14,7 @@
 //                   larger ones with the bits in shared memory (32-bit walk, weights of 4 bytes or
 //                   fewer) walk four rows a round.
 //   sparse scatter  one warp per 32 rows (fewer on small matrices, so the GPU has warps to spare):
-//                   lanes read the spikes coalesced, a ballot names the active rows, then the
+//                   lanes read the spikes and the rows' ranges coalesced, a ballot names the active rows, then the
 //                   whole warp walks each active row's synapses, 128 loads in flight a round, and
 //                   atomically adds into out (inactive rows cost one coalesced read). An mv with
 //                   int32 indices walks in 32-bit arithmetic (sparse_scatter_mv32_kernel).
@@ -674,7 +674,8 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
       if (transpose && batch == 1 && walk32_fits({nrows, ncols, nse})) {
         launch_after_clear(launch.after_clear, sparse_scatter_mv32_kernel<W, S, kBinary>, grid, dim3(kThreads), 0, st,
                            data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(), out.data_ptr<A>(),
-                           int32_t(nrows), int32_t(ncols), int32_t(nse), int32_t(nconn), homo, rule, rows_per_warp);
+                           int32_t(nrows), int32_t(ncols), int32_t(nse), int32_t(nconn), homo, rule, rows_per_warp,
+                           range_read());
         return;
       }
     }
@@ -682,7 +683,7 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
       launch_after_clear(launch.after_clear, sparse_scatter_kernel<false, W, I, S, kBinary>, grid,
                          dim3(kThreads), 0, st, data.data_ptr<W>(), no_perm, indices.data_ptr<I>(), ptr,
                          spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
-                         rows_per_warp);
+                         rows_per_warp, range_read());
     else if (!gather_by_bitmask(data.data_ptr<W>(), indices.data_ptr<I>(), ptr, spikes.data_ptr<S>(),
                                 out.data_ptr<A>(), nrows, ncols, batch, nse, nconn, homo, rule,
                                 spike_scratch(scratch, ncols), st) &&

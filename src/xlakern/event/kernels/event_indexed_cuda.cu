@@ -37,7 +37,7 @@ void event_sparse_indexed(const xk::Tensor data, const xk::Tensor indices, const
       launch_after_clear(launch.after_clear, sparse_scatter_kernel<true, W, I, S, decltype(rule)::kBinary>, grid,
                          dim3(kThreads), 0, st, data.data_ptr<W>(), p, indices.data_ptr<I>(), indptr.data_ptr<I>(),
                          spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, nse, int64_t(-1), homo, rule,
-                         rows_per_warp);
+                         rows_per_warp, range_read());
     else
       launch_sparse_gather<true>(data.data_ptr<W>(), p, indices.data_ptr<I>(), indptr.data_ptr<I>(),
                                  spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols, batch, nse, int64_t(-1), homo,

@@ -63,6 +63,48 @@ __device__ __forceinline__ S lane_spike(const S* __restrict__ spk, P first_row, 
   return lane < rows_per_warp && mine < nrows ? spk[mine * stride] : S(0);
 }
 
+// How a walk over a warp's active rows reads their row ranges (indptr), which XLAKERN_ROW_RANGES forces:
+//   kRangeAhead (2, the default)  every lane its own row's, beside its spike: the loads wait on nothing,
+//                                 and a row's slots are read as soon as the ballot names the row;
+//   kRangePerRow (1)              each active row's after the ballot, as the walk comes to it: one memory
+//                                 latency more on each active row's chain.
+// On an H100 at 400k rows of 80, 1% active, graph loops, the CSR scatter's step went from 13.1-13.5 to
+// 12.6-12.9 us and the delay delivery's from 16.2 to 15.5 (bench/RESULTS.md, session 78). Reading only the
+// active lanes' after the ballot, all at once, measured between the two. Fixed-count rows (nconn >= 0) read
+// nothing either way.
+enum RangeRead : int { kRangePerRow = 1, kRangeAhead = 2 };
+inline RangeRead range_read() {
+  return forced_choice("XLAKERN_ROW_RANGES", {1, 2}) == 1 ? kRangePerRow : kRangeAhead;
+}
+
+// The range of this lane's row (first_row + lane) under kRangeAhead where the lane covers a row, else the
+// empty range. The walk takes a row's from the lane that covers it (walk_row_range).
+template <typename I, typename P>
+__device__ __forceinline__ void lane_row_range(RangeRead ranges, const I* __restrict__ indptr,
+                                               typename Exactly<P>::type nconn, typename Exactly<P>::type nse,
+                                               typename Exactly<P>::type first_row, typename Exactly<P>::type nrows,
+                                               int rows_per_warp, P& begin, P& end) {
+  const int lane = int(threadIdx.x) & 31;
+  begin = end = 0;
+  if (ranges == kRangeAhead && lane < rows_per_warp && first_row + lane < nrows)
+    row_range(indptr, nconn, nse, P(first_row + lane), begin, end);
+}
+
+// Row r's range: from lane src, which covers it, under kRangeAhead (lane_row_range), else read now. The
+// whole warp calls it together.
+template <typename I, typename P>
+__device__ __forceinline__ void walk_row_range(RangeRead ranges, const I* __restrict__ indptr,
+                                               typename Exactly<P>::type nconn, typename Exactly<P>::type nse,
+                                               typename Exactly<P>::type r, int src, P lane_begin, P lane_end,
+                                               P& begin, P& end) {
+  if (ranges == kRangePerRow) {
+    row_range(indptr, nconn, nse, r, begin, end);
+    return;
+  }
+  begin = __shfl_sync(0xffffffffu, lane_begin, src);
+  end = __shfl_sync(0xffffffffu, lane_end, src);
+}
+
 // A warp's active rows, one after another, lowest first: row(r, src) for each set bit src of `pending`
 // (a ballot over the rows first_row + lane), with r = first_row + src; src is the lane that read row
 // r's spike, for __shfl_sync. The whole warp calls it together.
@@ -347,7 +389,7 @@ template <bool Permuted, typename W, typename I, typename S, bool Binary>
 __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
     const W* __restrict__ data, const I* __restrict__ perm, const I* __restrict__ idx, const I* __restrict__ indptr,
     const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int64_t nrows, int64_t ncols, int64_t batch,
-    int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule, int rows_per_warp) {
+    int64_t nse, int64_t nconn, bool homo, SpikeRule<S, Binary> rule, int rows_per_warp, RangeRead ranges) {
   using A = typename AccOf<W>::type;
   constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
   pdl_hold_grid();
@@ -355,12 +397,14 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
   const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
   const A w0 = shared_weight<A>(data, homo);
+  int64_t lane_begin, lane_end;  // the same for every batch column
+  lane_row_range(ranges, indptr, nconn, nse, first_row, nrows, rows_per_warp, lane_begin, lane_end);
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     const S s = lane_spike(spk + b, first_row, nrows, rows_per_warp, batch);
     for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int64_t r, int src) {
       const A v = __shfl_sync(0xffffffffu, rule.template value<A>(s), src);  // (src's spike is active)
       int64_t begin, end;
-      row_range(indptr, nconn, nse, r, begin, end);
+      walk_row_range(ranges, indptr, nconn, nse, r, src, lane_begin, lane_end, begin, end);
       for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
         // every load of the round first, so a row costs one memory latency a round, not one a synapse
         int64_t j[U];
@@ -388,7 +432,7 @@ template <typename W, typename S, bool Binary>
 __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
     const W* __restrict__ data, const int32_t* __restrict__ idx, const int32_t* __restrict__ indptr,
     const S* __restrict__ spk, typename AccOf<W>::type* __restrict__ out, int32_t nrows, int32_t ncols, int32_t nse,
-    int32_t nconn, bool homo, SpikeRule<S, Binary> rule, int rows_per_warp) {
+    int32_t nconn, bool homo, SpikeRule<S, Binary> rule, int rows_per_warp, RangeRead ranges) {
   using A = typename AccOf<W>::type;
   constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
   pdl_hold_grid();
@@ -397,10 +441,12 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_mv32_kernel(
   if (first_row >= nrows) return;
   const A w0 = shared_weight<A>(data, homo);
   const S s = lane_spike(spk, first_row, nrows, rows_per_warp);
+  int32_t lane_begin, lane_end;
+  lane_row_range(ranges, indptr, nconn, nse, first_row, nrows, rows_per_warp, lane_begin, lane_end);
   for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int32_t r, int src) {
     const A v = __shfl_sync(0xffffffffu, rule.template value<A>(s), src);  // (src's spike is active)
     int32_t begin, end;
-    row_range(indptr, nconn, nse, r, begin, end);
+    walk_row_range(ranges, indptr, nconn, nse, r, src, lane_begin, lane_end, begin, end);
     for (int32_t p0 = begin + lane; p0 < end; p0 += U * 32) {
       int32_t j[U];
       A wv[U];

@@ -71,15 +71,19 @@ template <typename W, typename S, bool B, bool Permuted>
 __global__ void __launch_bounds__(kThreads) update_kernel32(W* w, const int32_t* idx, const int32_t* indptr,
                                                             const int32_t* perm, const S* spk, const W* trace,
                                                             const W* bounds, int32_t nrows, int32_t ncols, int32_t nse,
-                                                            int32_t nconn, SpikeRule<S, B> rule, int rows_per_warp) {
+                                                            int32_t nconn, SpikeRule<S, B> rule, int rows_per_warp,
+                                                            RangeRead ranges) {
   const int32_t first_row = warp_first_row<int32_t>(rows_per_warp);
-  const unsigned pending = __ballot_sync(0xffffffffu, rule.active(lane_spike(spk, first_row, nrows, rows_per_warp)));
+  const bool active = rule.active(lane_spike(spk, first_row, nrows, rows_per_warp));
+  int32_t lane_begin, lane_end;
+  lane_row_range(ranges, indptr, nconn, nse, first_row, nrows, rows_per_warp, lane_begin, lane_end);
+  const unsigned pending = __ballot_sync(0xffffffffu, active);
   if (pending == 0) return;
   const int lane = int(threadIdx.x) & 31;
   const W lo = bounds[0], hi = bounds[1];
-  for_each_active_row(pending, first_row, [&](int32_t r, int) {
+  for_each_active_row(pending, first_row, [&](int32_t r, int src) {
     int32_t begin, end;
-    row_range(indptr, nconn, nse, r, begin, end);
+    walk_row_range(ranges, indptr, nconn, nse, r, src, lane_begin, lane_end, begin, end);
     for (int32_t p0 = begin + lane; p0 < end; p0 += kRound * 32) {
       int32_t c[kRound], pos[kRound];
       bool in[kRound];
@@ -136,7 +140,8 @@ void plastic_update(const xk::Tensor weight, const xk::Tensor indices, const xk:
             kernel<<<blocks, kThreads, 0, st>>>(out.data_ptr<W>(), indices.data_ptr<I>(), ptr,
                                                 permuted ? perm.data_ptr<I>() : nullptr, spikes.data_ptr<S>(),
                                                 trace.data_ptr<W>(), bounds.data_ptr<W>(), int32_t(g.nrows),
-                                                int32_t(g.ncols), int32_t(g.nse), int32_t(nconn), rule, rows_per_warp);
+                                                int32_t(g.ncols), int32_t(g.nse), int32_t(nconn), rule, rows_per_warp,
+                                                range_read());
             return;
           }
         }
