@@ -281,6 +281,12 @@ def test_prepare_refuses_a_program_of_another_platform(rng):
     exp = jax.export.export(jax.jit(jnp.cos), platforms=["tpu"])(jnp.ones(3))
     with pytest.raises(xlakern.PlatformError, match="exported for tpu"):
         xlakern.prepare_exported(exp)
+    # one of several platforms is enough: the CPU, which every process has
+    x = rng.normal(size=5).astype(np.float32)
+    exp = xlakern.export(jax.jit(jnp.cos), platforms=["tpu", "cpu"])(x)
+    assert xlakern.prepare_exported(exp) is exp
+    on_cpu = jax.devices("cpu")[0]
+    np.testing.assert_allclose(exp.call(jax.device_put(x, on_cpu)), np.cos(x), rtol=1e-6)
 
 
 # The same kernel text in both processes: a Numba kernel is found by its content (bytecode, names, constants).
