@@ -28,6 +28,7 @@ from jax import export as _jax_export
 
 from . import _bridge, _compat, _runtime
 from ._codegen import entry_target
+from .config import canonical_platform
 from .errors import PlatformError, RegistrationError
 
 _CHECK = _jax_export.DisabledSafetyCheck
@@ -120,11 +121,12 @@ def prepare_exported(exported: Any) -> Any:
         if module.startswith("xlakern_"):
             event = event or importlib.import_module(".event", __package__)
             for platform in here:  # (a module's name says its platform: at most one loads it)
-                if event.load_kernel_module(module, "cpu" if platform == "cpu" else "gpu"):
+                if event.load_kernel_module(module, canonical_platform(platform)):
                     break
     known = set().union(*map(_known_targets, here))
     missing = [t for t in missing if t not in known]
-    # a program exported for several platforms names every platform's targets: only this one's must be here
+    # a program exported for several platforms names every platform's targets, and a process may load the
+    # user's modules of the platform it runs on only: only a single-platform program's must all be here
     if missing and len(exported.platforms) == 1:
         modules = sorted({t.split(".", 1)[0] for t in missing})
         named = sorted({entry_target(t) for t in missing})  # as the user spells them
