@@ -311,6 +311,37 @@ def test_units_and_errors(rng):
     np.testing.assert_allclose(out.to(bu.mS).mantissa, np.minimum(w + 0.1, 0.5), rtol=1e-6)
 
 
+def test_units_convert_or_are_refused_by_argument(rng):
+    """A trace and bounds in another unit of the weights' dimension are converted (against NumPy in
+    float64 on random spikes and traces); a unit of another dimension, or a unit where the weights have
+    none, is an EventUnitError naming the argument (not brainunit's error, which names neither)."""
+    bu = pytest.importorskip("brainunit")
+    mask, w = network(rng)
+    data, indices, indptr, *_ = csr_of(mask, w)
+    spikes = rng.random(N_PRE) < 0.4
+    trace_us = rng.uniform(-300.0, 300.0, N_POST)  # µS, against weights in mS
+    out = xlakern.update_csr_on_binary_pre(data * bu.mS, indices, indptr, spikes, trace_us * bu.uS, 200.0 * bu.uS,
+                                           0.7 * bu.mS, shape=(N_PRE, N_POST))
+    rows = np.repeat(np.arange(N_PRE), np.diff(indptr))
+    want = np.where(spikes[rows], np.clip(data + trace_us[indices] / 1000.0, 0.2, 0.7), data)
+    np.testing.assert_allclose(out.to(bu.mS).mantissa, want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(want, data)  # the update touched synapses
+
+    call = dict(indices=indices, indptr=indptr, pre_spike=spikes, shape=(N_PRE, N_POST))
+    trace = trace_us * 1e-3
+    for kwargs, arg in [(dict(post_trace=trace * bu.mV), "the trace"),
+                        (dict(post_trace=trace * bu.mS, w_min=0.0 * bu.mV), "w_min"),
+                        (dict(post_trace=trace * bu.mS, w_max=1.0 * bu.second), "w_max")]:
+        with pytest.raises(xlakern.event.EventUnitError, match=f"{arg} is in .* does not convert .* mS"):
+            xlakern.update_csr_on_binary_pre(data * bu.mS, **call, **kwargs)
+    with pytest.raises(xlakern.event.EventUnitError, match="the trace is in mS but the weights carry no unit"):
+        xlakern.update_csr_on_binary_pre(data, **call, post_trace=trace * bu.mS)
+    # a dimensionless quantity beside plain weights is a plain number
+    plain = xlakern.update_csr_on_binary_pre(data, **call, post_trace=bu.Quantity(trace))
+    np.testing.assert_allclose(np.asarray(plain), np.where(spikes[rows], data + trace[indices], data), rtol=1e-5,
+                               atol=1e-6)
+
+
 @pytest.mark.parametrize("backend", [None, "jnp"])
 def test_w_min_above_w_max_is_refused_or_clips_to_w_max_everywhere(backend, rng):
     """Known bounds with w_min > w_max are an error; traced ones (unknown until run) give what jnp.clip gives,

@@ -31,7 +31,7 @@ import numpy as np
 from .. import XLACustomKernel
 from . import _units
 from ._eager import run_fused
-from ._errors import EventArgumentError, EventDTypeError, EventShapeError
+from ._errors import EventArgumentError, EventDTypeError, EventShapeError, EventUnitError
 from ._kernels import kernel_module, rows_for, SDS, slot_rows, synapse_rows
 from ._ops import _index, _shape2
 
@@ -159,12 +159,19 @@ def update_at_index(name, weight, indices, indptr, spikes, trace, bounds, backen
 # ----------------------------------------------------------------------------- argument handling
 
 def _in_unit(name: str, arg: str, x, unit):
-    """x's mantissa in `unit` (plain numbers are taken to be in it already)."""
-    if _units.is_quantity(x):
-        if unit is None:
-            raise EventDTypeError(f"{name}: {arg} carries a unit but the weights do not; pass plain numbers")
-        return x.to(unit).mantissa
-    return x
+    """x's mantissa in `unit` (plain numbers are taken to be in it already). A unit of another dimension
+    is an EventUnitError naming the argument (brainunit's own error names neither it nor the call)."""
+    if not _units.is_quantity(x):
+        return x
+    if unit is None:
+        if x.unit.is_unitless:
+            return x.mantissa
+        raise EventUnitError(f"{name}: {arg} is in {x.unit} but the weights carry no unit; pass {arg} as plain "
+                             f"numbers, or give the weights a unit of the same dimension")
+    if not x.unit.has_same_dim(unit):
+        raise EventUnitError(f"{name}: {arg} is in {x.unit}, which does not convert to the weights' unit {unit}; "
+                             f"pass it in a unit of the weights' dimension")
+    return x.to(unit).mantissa
 
 
 def _concrete_bound(x) -> Optional[float]:
