@@ -191,6 +191,21 @@ def test_apply_and_apply2(kind, rng):
     unrelated = make_case(rng, kind, shape, 0.5).W
     with pytest.raises(xlakern.XlakernError, match="other"):
         W.apply2(unrelated, operator.mul)
+    # operands of the wrong kind are xlakern errors naming them, not jax's errors about arrays
+    for junk in (None, "w", {"a": 1}):
+        with pytest.raises(xlakern.event.EventOperandError, match=f"other is a {type(junk).__name__}"):
+            W.apply2(junk, operator.mul)
+        with pytest.raises(xlakern.event.EventOperandError, match=f"other is a {type(junk).__name__}"):
+            W + junk
+    with pytest.raises(xlakern.event.EventOperandError, match="scalars only"):
+        W * np.ones(3)
+    with pytest.raises(xlakern.event.EventOperandError, match=f"{type(W).__name__}: expected"):
+        type(W)(W.data, shape=W.shape)
+    if kind in ("CSR", "CSC"):  # a sum is dense: jnp's broadcasting, or an error naming both shapes
+        row = rng.standard_normal(shape[1])
+        np.testing.assert_allclose(W + row, dense + row, **TOL)
+        with pytest.raises(xlakern.event.EventShapeError, match="does not broadcast against the matrix shape"):
+            W + np.ones((shape[0] + 1, shape[1] + 2))
 
 
 def stdp_reference(case, spikes, trace, w_min, w_max, on_pre):

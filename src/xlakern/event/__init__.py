@@ -15,8 +15,8 @@ Example::
 
 from ._errors import (
     EventArgumentError, EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventMatmulError,
-    EventNDimError, EventRuleError, EventShapeError, EventTracedError, EventUnitError, IndexConversionError,
-    UnsupportedOperationError,
+    EventNDimError, EventOperandError, EventRuleError, EventShapeError, EventTracedError, EventUnitError,
+    IndexConversionError, UnsupportedOperationError,
 )
 from ._events import BinaryArray, BitPackedBinary, CompactBinary, EventRepresentation, WeightedArray, bitpack
 from ._kernels import load_named_module as load_kernel_module  # xlakern.prepare_exported's, by module name
@@ -64,7 +64,7 @@ __all__ = [
     "binary_csrmv_p", "binary_csrmm_p", "csrmv_p", "csrmm_p", "binary_fcnmv_p", "binary_fcnmm_p", "fcnmv_p",
     "fcnmm_p", "binary_densemv_p", "binary_densemm_p", "densemv_p", "densemm_p",
     "EventShapeError", "EventIndexError", "EventMatmulError", "EventNDimError", "EventArgumentError", "EventTracedError",
-    "EventDTypeError", "EventUnitError", "EventRuleError", "IndexConversionError", "EventDependencyError",
+    "EventDTypeError", "EventUnitError", "EventOperandError", "EventRuleError", "IndexConversionError", "EventDependencyError",
     "EventBufferError", "UnsupportedOperationError",
     # xlakern's own (not BrainEvent's): the fused LIF network simulator
     "LIFParams", "LIFState", "run_lif_network", "lif_network_run_p", "run_lif_network_sharded", "lif_shard_step_p",

@@ -15,7 +15,7 @@ from ..errors import MathError, UnsupportedOperationError, XlakernError
 # UnsupportedOperationError (a method a layout deliberately refuses, e.g. a plasticity update on a JITC
 # matrix, which stores no per-synapse weight) is xlakern's, defined with the other errors.
 __all__ = ["EventShapeError", "EventMatmulError", "EventNDimError", "EventArgumentError", "EventTracedError",
-           "EventIndexError", "EventDTypeError", "EventUnitError", "EventRuleError", "IndexConversionError",
+           "EventIndexError", "EventDTypeError", "EventUnitError", "EventOperandError", "EventRuleError", "IndexConversionError",
            "EventDependencyError", "EventBufferError", "UnsupportedOperationError"]
 
 
@@ -98,6 +98,20 @@ class EventDTypeError(XlakernError, TypeError):
 
 class EventUnitError(XlakernError, TypeError):
     """Operands' brainunit units do not combine (e.g. adding a quantity to a plain array)."""
+
+
+class EventOperandError(XlakernError, TypeError):
+    """An operand of a kind the operation does not take: an array where only a scalar scales a layout, a
+    string or None where a matrix goes, the wrong number of arrays for a layout. Also a ``TypeError``, as
+    Python raises for an unsupported operand.
+
+    Example::
+
+        try:
+            W * np.ones(3)   # W a CSR: * scales its weights by a scalar
+        except xlakern.event.EventOperandError as e:
+            print(e)   # "CSR * supports scalars only (it scales the weights); got ndarray. ..."
+    """
 
 
 class EventRuleError(XlakernError, TypeError):

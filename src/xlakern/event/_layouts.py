@@ -30,7 +30,7 @@ from jax.tree_util import register_pytree_node_class
 from . import _ops
 from . import _units
 from ._errors import (EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventNDimError,
-                      EventShapeError, EventTracedError, EventUnitError, UnsupportedOperationError)
+                      EventOperandError, EventShapeError, EventTracedError, EventUnitError, UnsupportedOperationError)
 from ._events import EventRepresentation, _raw
 from ._kernels import slot_rows
 
@@ -40,6 +40,22 @@ __all__ = ["DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre",
 def _is_scalar(x: Any) -> bool:
     m, _ = _units.split(x)
     return isinstance(m, (int, float, np.number)) or (hasattr(m, "shape") and np.ndim(m) == 0)
+
+
+def _numeric_operand(name: str, other: Any, shape: tuple) -> Any:
+    """``other``'s mantissa where it is a number or a numeric array (a list of numbers too); anything else
+    (a string, None, a dict) is an EventOperandError naming the operation, not jax's error about arrays."""
+    m = _units.split(other)[0]
+    if isinstance(m, (jax.Array, bool, int, float, complex)):
+        return m
+    if isinstance(m, (np.ndarray, np.generic, list, tuple)):
+        try:
+            if np.asarray(m).dtype.kind in "biufc":
+                return m
+        except (TypeError, ValueError):
+            pass
+    raise EventOperandError(f"{name}: other is a {type(other).__name__}; expected a number, a numeric array "
+                            f"(broadcastable to the matrix shape {shape}) or a layout")
 
 
 def _warn_renamed(obj, old: str, new: str) -> None:
@@ -189,8 +205,8 @@ class DataRepresentation:
     # -------------------------------------------------------------- scalar arithmetic
     def _scale(self, other, op, name):
         if not _is_scalar(other):
-            raise TypeError(f"{type(self).__name__} {name} supports scalars only (it scales the weights); "
-                            f"got {type(other).__name__}. Use todense() for element-wise products")
+            raise EventOperandError(f"{type(self).__name__} {name} supports scalars only (it scales the weights); "
+                                    f"got {type(other).__name__}. Use todense() for element-wise products")
         return self._replace_data(op(self.data, other))
 
     def __mul__(self, other):
@@ -607,7 +623,15 @@ class DataRepresentation:
             W3 = W.apply2(mask_dense, operator.mul)   # weights times mask[i, j]
         """
         name = f"{type(self).__name__}.apply2"
+        if not isinstance(other, DataRepresentation):
+            operand_shape = np.shape(_numeric_operand(name, other, self.shape))
         if not self._fixed and fn in (operator.add, operator.sub):
+            if not isinstance(other, DataRepresentation):
+                try:
+                    np.broadcast_shapes(operand_shape, self.shape)
+                except ValueError:
+                    raise EventShapeError(f"{name}: other has shape {operand_shape}, which does not broadcast "
+                                          f"against the matrix shape {self.shape}") from None
             dense = self.todense()
             return fn(other, dense) if reverse else fn(dense, other)
         if isinstance(other, DataRepresentation):
@@ -838,11 +862,12 @@ def _as_array(x):
     return x if _units.is_quantity(x) else jnp.asarray(x)
 
 
-def _unpack(args, n):
+def _unpack(args, fields: tuple, who: str):
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
-    if len(args) != n:
-        raise TypeError(f"expected {n} arrays (as one tuple or separately); got {len(args)}")
+    if len(args) != len(fields):
+        raise EventOperandError(f"{who}: expected {len(fields)} arrays ({', '.join(fields)}), as one tuple or "
+                                f"separately; got {len(args)}")
     return args
 
 
@@ -913,7 +938,7 @@ class CSR(DataRepresentation):
         # indptr_dtype and check_structure: BrainEvent 0.3's constructor arguments. "auto" keeps indptr's
         # own dtype (the kernels take int32 and int64 alike). The structure is checked only on request:
         # the check reads the arrays back to the host, which a large network pays on every construction.
-        data, indices, indptr = _unpack(args, 3)
+        data, indices, indptr = _unpack(args, ("data", "indices", "indptr"), type(self).__name__)
         name = type(self).__name__
         shape = _shape_arg(name, shape)
         indices, indptr = jnp.asarray(indices), jnp.asarray(indptr)
@@ -1154,7 +1179,7 @@ class FixedNumConn(DataRepresentation):
     def __init__(self, *args, shape, backend=None, buffers=None, precompute_weight_indices=False):
         # precompute_weight_indices: BrainEvent's eagerly built CSC view; the kernels here need none
         # (accepted, unused)
-        data, indices = _unpack(args, 2)
+        data, indices = _unpack(args, ("data", "indices"), type(self).__name__)
         shape = _shape_arg(type(self).__name__, shape)
         arrays = (_as_array(data), jnp.asarray(indices))
         self._set(arrays, shape, backend)
