@@ -546,3 +546,30 @@ def test_units_multiply(rng):
                                rtol=1e-5, atol=1e-6)
     with pytest.raises(xlakern.event.EventUnitError):
         xlakern.jitumv(0.1 * bu.mS, 0.5, 0.2, x, seed, shape=(40, 30))
+
+
+def test_seeds_are_read_modulo_2_32_and_wider_or_non_integer_seeds_are_refused(rng):
+    """The generator reads a seed as a uint32: -7 and 2**32 - 7 give one matrix, a seed in [2**31, 2**32)
+    works (jit alone would read it as an int32 and overflow), and one outside [-2**31, 2**32) is an
+    EventArgumentError rather than jax's OverflowError or a silent wrap. A string seed, or a Python int too
+    wide for a vector, is an xlakern error naming the argument."""
+    shape = (50, 40)
+    x = rng.standard_normal(40).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(xlakern.jitsmv(0.4, 0.3, x, 2**32 - 7, shape=shape)),
+                                  np.asarray(xlakern.jitsmv(0.4, 0.3, x, -7, shape=shape)))
+    seed = 2**31 + int(rng.integers(0, 2**31 - 1))
+    m = np.asarray(xlakern.jits(0.4, 0.3, seed, shape=shape), np.float64)
+    assert 0 < np.count_nonzero(m) < m.size
+    np.testing.assert_allclose(np.asarray(xlakern.jitsmv(0.4, 0.3, x, seed, shape=shape)), m @ x, rtol=1e-5,
+                               atol=1e-5)
+    W = xlakern.JITCScalarR((0.4, 0.3, seed), shape=shape, corder=True)  # jits defaults to corder=True
+    np.testing.assert_array_equal(np.asarray(W.tocsr().todense()), m)
+    for bad in (2**32, -(2**31) - 1, 2**40):
+        with pytest.raises(xlakern.event.EventArgumentError, match="does not fit 32 bits"):
+            xlakern.jitsmv(0.4, 0.3, x, bad, shape=shape)
+        with pytest.raises(xlakern.event.EventArgumentError, match="does not fit 32 bits"):
+            xlakern.JITCScalarR((0.4, 0.3, bad), shape=shape).tocsr()
+    with pytest.raises(EventDTypeError, match="seed must be one integer; got str"):
+        xlakern.jitsmv(0.4, 0.3, x, "seven", shape=shape)
+    with pytest.raises(EventDTypeError, match="vector is the Python int 1099511627776"):
+        xlakern.jitsmv(0.4, 0.3, 2**40, 3, shape=shape)

@@ -290,7 +290,7 @@ def _concrete_seed(name: str, seed: Any) -> int:
             f"jax.jit(..., static_argnums=...))") from None
     if not (np.issubdtype(value.dtype, np.integer) and value.size == 1):
         raise EventDTypeError(f"{name}: seed must be one integer; got {_described(seed, value)}")
-    return int(value.reshape(())) & 0xFFFFFFFF  # the generator reads it as uint32
+    return _jitc._seed_in_range(name, int(value.reshape(()))) & 0xFFFFFFFF  # the generator reads it as uint32
 
 
 @functools.lru_cache(maxsize=16)

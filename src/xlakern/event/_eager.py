@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import inspect
 import logging
 import threading
 from typing import Any, Callable, Iterator
@@ -25,6 +26,7 @@ import numpy as np
 
 from .._compat import Tracer, jit_placement_key, trace_state_clean
 from ..errors import XlakernError
+from ._errors import EventDTypeError
 
 # Values jit takes as they are; anything else (a list, a string, an object) goes the plain way, so the
 # operator's own check names it.
@@ -86,6 +88,20 @@ def run_fused(impl: Callable, dynamic: tuple, static: dict) -> Any:
         # Raised again by the plain call, as it always was: without the note jax adds to an error
         # that crossed jit (and were some check to need concrete values, the plain call answers).
         return impl(*dynamic, **static)
+    except OverflowError as e:  # jit could not read a Python int: name the operator's argument
+        raise _int_too_wide(impl, dynamic, static, e) from e
+
+
+def _int_too_wide(impl: Callable, dynamic: tuple, static: dict, error: OverflowError) -> Exception:
+    """An EventDTypeError naming the argument of ``impl`` that is a Python int too wide for jit's integers
+    (32 bits, or 64 with jax_enable_x64); ``error`` itself where no argument is one."""
+    bits = 64 if jax.config.jax_enable_x64 else 32
+    names = list(inspect.signature(impl).parameters)
+    for arg, value in zip(names, dynamic):
+        if type(value) is int and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            return EventDTypeError(f"{static.get('name', impl.__name__)}: {arg} is the Python int {value}, wider "
+                                   f"than JAX's {bits}-bit integers; pass a smaller number or an array")
+    return error
 
 
 @contextlib.contextmanager

@@ -29,8 +29,8 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _jitc_kernels as JK
 from . import _units
-from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, EventShapeError, EventUnitError,
-                      UnsupportedOperationError)
+from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, EventOperandError, EventShapeError,
+                      EventUnitError, UnsupportedOperationError)
 from ._events import EventRepresentation
 from ._eager import run_fused
 from ._kernels import SDS, acc_dtype
@@ -59,15 +59,33 @@ def _prob(name: str, prob: Any) -> float:
     return p
 
 
-def _drawn_seed(seed: Any):
+def _seed_in_range(name: str, value: int) -> int:
+    """``value``, a concrete seed, where it fits the generator's 32 bits: [-2^31, 2^32), read modulo 2^32
+    (as a uint32). Wider ones are refused rather than wrapped, so two seeds never meet by surprise."""
+    if not -(2 ** 31) <= value < 2 ** 32:
+        raise EventArgumentError(f"{name}: seed {value} does not fit 32 bits; the generator takes seeds in "
+                                 f"[-2**31, 2**32), read modulo 2**32 (pass seed % 2**32)")
+    return value
+
+
+def _drawn_seed(name: str, seed: Any):
     """``seed``, or a fresh one for None (as BrainEvent does), drawn here in Python: a draw inside the
-    traced body would be one constant for every later call of the cached program."""
-    return np.random.randint(0, 10 ** 8) if seed is None else seed
+    traced body would be one constant for every later call of the cached program. A Python int in
+    [2^31, 2^32) goes on as a uint32 (jit would read it as an int32 and overflow)."""
+    if seed is None:
+        return np.random.randint(0, 10 ** 8)
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
+        if _seed_in_range(name, int(seed)) >= 2 ** 31:
+            return np.uint32(seed)
+    return seed
 
 
 def _seed(name: str, seed: Any):
     """uint32 (1,) seed; traced seeds are fine."""
-    s = jnp.asarray(seed)
+    try:
+        s = jnp.asarray(seed)
+    except TypeError:  # a string, None, an object: jax names neither the call nor the argument
+        raise EventDTypeError(f"{name}: seed must be one integer; got {type(seed).__name__} {seed!r}") from None
     if not (jnp.issubdtype(s.dtype, jnp.integer) and s.size == 1):
         raise EventDTypeError(f"{name}: seed must be one integer; got {_described(seed, s)}")
     return s.reshape(1).astype(jnp.uint32)
@@ -118,7 +136,7 @@ def _product(name, letter, binary, mm, first, second, prob, vector, seed, shape,
     # prob and shape set the program (tables, grid); outside a trace it is compiled once (_eager)
     static = dict(name=name, letter=letter, binary=binary, mm=mm, prob=_prob(name, prob), shape=_shape2(name, shape),
                   transpose=transpose, corder=corder, backend=backend)
-    return run_fused(_product_body, (first, second, vector, _drawn_seed(seed)), static)
+    return run_fused(_product_body, (first, second, vector, _drawn_seed(name, seed)), static)
 
 
 def _product_body(first, second, vector, seed, *, name, letter, binary, mm, prob, shape, transpose, corder, backend):
@@ -151,7 +169,7 @@ def _product_body(first, second, vector, seed, *, name, letter, binary, mm, prob
 def _dense(name, letter, first, second, prob, seed, shape, transpose, corder, backend):
     static = dict(name=name, letter=letter, prob=_prob(name, prob), shape=_shape2(name, shape), transpose=transpose,
                   corder=corder, backend=backend)
-    return run_fused(_dense_body, (first, second, _drawn_seed(seed)), static)
+    return run_fused(_dense_body, (first, second, _drawn_seed(name, seed)), static)
 
 
 def _dense_body(first, second, seed, *, name, letter, prob, shape, transpose, corder, backend):
@@ -591,7 +609,8 @@ class JITCMatrix(DataRepresentation):
         from ._layouts import _is_scalar
 
         if not _is_scalar(other):
-            raise TypeError(f"{type(self).__name__} {name} supports scalars only; got {type(other).__name__}")
+            raise EventOperandError(f"{type(self).__name__} {name} supports scalars only (it scales the weights); "
+                                    f"got {type(other).__name__}")
         # every kind's weight is affine in its parameters: scaling both scales each weight
         return self.with_data(*(op(w, other) for w in self.weights))
 
