@@ -212,3 +212,51 @@ def test_eager_python_numbers_are_kept_per_width_and_device(rng):
     assert len(_eager._NUMBERS) <= _eager._NUMBERS_KEPT
     # every step delivered once (delay 1 into a ring of 3): the ring sums all of them
     np.testing.assert_allclose(np.asarray(ring).sum(0), (_eager._NUMBERS_KEPT + 20) * (dense.T @ s), rtol=1e-4)
+
+
+def test_arguments_jax_cannot_read_are_named_eagerly_and_under_jit(rng):
+    """None where an array is needed, a string, or a Python int wider than jit's integers: an
+    EventDTypeError naming the operator and its argument (jax's own errors name neither), outside jit and
+    closed over inside it. A None the operator allows (a CSR product's permutation, a scalar JITC
+    matrix's second weight) still works."""
+    import re
+
+    import jax.numpy as jnp
+
+    from xlakern.event import EventDTypeError
+
+    n_pre, n_post, k = 30, 20, 4
+    idx = np.concatenate([np.sort(rng.choice(n_post, k, replace=False)) for _ in range(n_pre)]).astype(np.int32)
+    ptr = np.arange(0, n_pre * k + 1, k, dtype=np.int32)
+    w = rng.uniform(0.1, 1.0, n_pre * k).astype(np.float32)
+    spikes = rng.random(n_pre) < 0.3
+    trace = rng.uniform(-0.1, 0.1, n_post).astype(np.float32)
+    x = rng.standard_normal(n_post).astype(np.float32)
+    ring, delays = jnp.zeros((5, n_post), jnp.float32), rng.integers(1, 5, n_pre * k).astype(np.int32)
+    shape = (n_pre, n_post)
+    cases = [
+        (lambda: xlakern.binary_csrmv(w, idx, ptr, None, shape=shape, transpose=True), "binary_csrmv: v is None"),
+        (lambda: xlakern.csrmv(w, None, ptr, x, shape=shape), "csrmv: indices is None"),
+        (lambda: xlakern.update_csr_on_binary_pre(w, idx, ptr, None, trace, shape=shape),
+         "update_csr_on_binary_pre: spikes is None"),
+        (lambda: xlakern.update_csr_on_binary_pre(w, idx, ptr, spikes, trace, "low", 1.0, shape=shape),
+         "update_csr_on_binary_pre: w_min is a str ('low')"),
+        (lambda: xlakern.csr_delay_deliver(ring, spikes, w, idx, ptr, delays, "t", shape=shape),
+         "csr_delay_deliver: t is a str"),
+        (lambda: xlakern.csr_delay_deliver(ring, spikes, w, idx, ptr, delays, 2**40, shape=shape),
+         "csr_delay_deliver: t is the Python int 1099511627776"),
+        (lambda: xlakern.jitsmv(None, 0.1, x, 3, shape=shape), "jitsmv: weight is None"),
+    ]
+    for call, message in cases:
+        with pytest.raises(EventDTypeError, match=re.escape(message)):
+            call()
+    with pytest.raises(EventDTypeError, match=re.escape("binary_csrmv: v is None")):
+        jax.jit(lambda d: xlakern.binary_csrmv(d, idx, ptr, None, shape=shape, transpose=True))(w)
+    with pytest.raises(EventDTypeError, match=re.escape("t is the Python int 1099511627776")):
+        jax.jit(lambda r: xlakern.csr_delay_deliver(r, spikes, w, idx, ptr, delays, 2**40, shape=shape))(ring)
+    dense = np.zeros(shape)
+    dense[np.repeat(np.arange(n_pre), k), idx] = w
+    np.testing.assert_allclose(np.asarray(xlakern.binary_csrmv(w, idx, ptr, spikes, shape=shape, transpose=True)),
+                               spikes @ dense, rtol=1e-5, atol=1e-6)
+    m = np.asarray(xlakern.jits(0.3, 0.2, 7, shape=shape), np.float64)
+    np.testing.assert_allclose(np.asarray(xlakern.jitsmv(0.3, 0.2, x, 7, shape=shape)), m @ x, rtol=1e-5, atol=1e-5)

@@ -75,7 +75,53 @@ def _jitted(impl: Callable, static_names: tuple) -> Callable:
 def run_fused(impl: Callable, dynamic: tuple, static: dict) -> Any:
     """``impl(*dynamic, **static)``, as one jitted program when every leaf of ``dynamic`` is a concrete
     array or number and ``static`` hashes (its values are jit's static arguments). An xlakern error
-    raised while tracing it comes from the plain call instead."""
+    raised while tracing it comes from the plain call instead. An argument jax cannot take (None where the
+    operator needs an array, a string, a Python int wider than jit's integers) is an EventDTypeError naming
+    it, not jax's error, which names neither the operator nor the argument."""
+    try:
+        return _run(impl, dynamic, static)
+    except XlakernError:
+        raise
+    except (OverflowError, TypeError, ValueError) as e:
+        bad = _unreadable_argument(impl, dynamic, static, e)
+        if bad is None:
+            raise
+        raise bad from e
+
+
+def optional_arguments(*names: str) -> Callable:
+    """Marks the arguments of an operator's body that may be None (a permutation, a fixed-count layout's
+    indptr), so that run_fused names only the others when jax refuses a None."""
+    def mark(impl: Callable) -> Callable:
+        impl.optional_arguments = names
+        return impl
+    return mark
+
+
+def _unreadable_argument(impl: Callable, dynamic: tuple, static: dict, error: Exception) -> Any:
+    """An EventDTypeError for the argument of ``impl`` that jax could not read: a string, bytes, a dict or
+    set, a Python int too wide for jit's integers (32 bits, or 64 with jax_enable_x64), or None where an
+    array is needed; else None."""
+    bits = 64 if jax.config.jax_enable_x64 else 32
+    name = static.get("name", impl.__name__)
+    params = list(inspect.signature(impl).parameters)
+    if isinstance(error, ValueError) and "None is not a valid value" in str(error):  # jax's words for None
+        optional = getattr(impl, "optional_arguments", ())
+        nones = [arg for arg, value in zip(params, dynamic) if value is None and arg not in optional]
+        if nones:
+            return EventDTypeError(f"{name}: {' and '.join(nones)} {'is' if len(nones) == 1 else 'are'} None; "
+                                   f"expected an array")
+    for arg, value in zip(params, dynamic):
+        if isinstance(value, (str, bytes, dict, set)):
+            return EventDTypeError(f"{name}: {arg} is a {type(value).__name__} ({value!r:.40}); expected a number or "
+                                   f"an array")
+        if type(value) is int and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            return EventDTypeError(f"{name}: {arg} is the Python int {value}, wider than JAX's {bits}-bit integers; "
+                                   f"pass a smaller number or an array")
+    return None
+
+
+def _run(impl: Callable, dynamic: tuple, static: dict) -> Any:
     if not all(_concrete(leaf) for leaf in jax.tree_util.tree_leaves(dynamic)):
         return impl(*dynamic, **static)
     try:
@@ -88,20 +134,6 @@ def run_fused(impl: Callable, dynamic: tuple, static: dict) -> Any:
         # Raised again by the plain call, as it always was: without the note jax adds to an error
         # that crossed jit (and were some check to need concrete values, the plain call answers).
         return impl(*dynamic, **static)
-    except OverflowError as e:  # jit could not read a Python int: name the operator's argument
-        raise _int_too_wide(impl, dynamic, static, e) from e
-
-
-def _int_too_wide(impl: Callable, dynamic: tuple, static: dict, error: OverflowError) -> Exception:
-    """An EventDTypeError naming the argument of ``impl`` that is a Python int too wide for jit's integers
-    (32 bits, or 64 with jax_enable_x64); ``error`` itself where no argument is one."""
-    bits = 64 if jax.config.jax_enable_x64 else 32
-    names = list(inspect.signature(impl).parameters)
-    for arg, value in zip(names, dynamic):
-        if type(value) is int and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-            return EventDTypeError(f"{static.get('name', impl.__name__)}: {arg} is the Python int {value}, wider "
-                                   f"than JAX's {bits}-bit integers; pass a smaller number or an array")
-    return error
 
 
 @contextlib.contextmanager

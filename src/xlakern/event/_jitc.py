@@ -32,7 +32,7 @@ from . import _units
 from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, EventOperandError, EventShapeError,
                       EventUnitError, UnsupportedOperationError)
 from ._events import EventRepresentation
-from ._eager import run_fused
+from ._eager import optional_arguments, run_fused
 from ._kernels import SDS, acc_dtype
 from ._layouts import DataRepresentation, _warn_renamed
 from ._ops import _check_spikes, _described, _shape2, _spikes, _weights
@@ -139,8 +139,9 @@ def _product(name, letter, binary, mm, first, second, prob, vector, seed, shape,
     return run_fused(_product_body, (first, second, vector, _drawn_seed(name, seed)), static)
 
 
-def _product_body(first, second, vector, seed, *, name, letter, binary, mm, prob, shape, transpose, corder, backend):
-    params, w_dtype, unit_w = _params(name, first, second, letter)
+@optional_arguments("weight2")
+def _product_body(weight, weight2, vector, seed, *, name, letter, binary, mm, prob, shape, transpose, corder, backend):
+    params, w_dtype, unit_w = _params(name, weight, weight2, letter)
     seed = _seed(name, seed)
     v, unit_v = _units.split(vector)
     v = _spikes(name, "vector", v, binary)
@@ -172,8 +173,9 @@ def _dense(name, letter, first, second, prob, seed, shape, transpose, corder, ba
     return run_fused(_dense_body, (first, second, _drawn_seed(name, seed)), static)
 
 
-def _dense_body(first, second, seed, *, name, letter, prob, shape, transpose, corder, backend):
-    params, w_dtype, unit_w = _params(name, first, second, letter)
+@optional_arguments("weight2")
+def _dense_body(weight, weight2, seed, *, name, letter, prob, shape, transpose, corder, backend):
+    params, w_dtype, unit_w = _params(name, weight, weight2, letter)
     seed = _seed(name, seed)
     gshape, _ = _generated(shape, False, corder)
     acc = acc_dtype(w_dtype)

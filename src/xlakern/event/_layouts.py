@@ -625,6 +625,8 @@ class DataRepresentation:
         name = f"{type(self).__name__}.apply2"
         if not isinstance(other, DataRepresentation):
             operand_shape = np.shape(_numeric_operand(name, other, self.shape))
+            if isinstance(other, (list, tuple)):  # jax arrays take no lists as operands
+                other = jnp.asarray(other)
         if not self._fixed and fn in (operator.add, operator.sub):
             if not isinstance(other, DataRepresentation):
                 try:

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from . import _kernels as K
 from . import _units
-from ._eager import run_fused
+from ._eager import optional_arguments, run_fused
 from ._errors import EventDTypeError, EventShapeError
 
 _FLOATS = (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
@@ -128,6 +128,7 @@ def _sparse_call(name, binary, mm, data, indices, indptr, v, shape, transpose, b
     return _units.attach(res, unit_d, unit_v)
 
 
+@optional_arguments("indptr", "perm")
 def _sparse_body(data, indices, indptr, v, perm, *, name, binary, mm, shape, transpose, backend, nconn_layout):
     rows, cols = shape
     data, v, out_dtype = _prepare_values(name, data, v, binary)

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import XLACustomKernel
 from . import _units
-from ._eager import run_fused
+from ._eager import optional_arguments, run_fused
 from ._errors import EventArgumentError, EventDTypeError, EventShapeError, EventUnitError
 from ._kernels import kernel_module, rows_for, SDS, slot_rows, synapse_rows
 from ._ops import _index, _shape2
@@ -223,7 +223,8 @@ def _update(name, weight, indices, indptr, perm, spikes, trace, w_min, w_max, *,
     return _units.attach(res, unit)
 
 
-def _update_body(weight, indices, indptr, perm, spikes, trace, lo, hi, *, name, nrows, ncols, nconn, mode,
+@optional_arguments("indices", "indptr", "perm")
+def _update_body(weight, indices, indptr, perm, spikes, trace, w_min, w_max, *, name, nrows, ncols, nconn, mode,
                  row_stride, col_stride, backend, at_index):
     if at_index:  # the checks below read spikes at rows and the trace at columns
         nrows, ncols = ncols, nrows
@@ -238,7 +239,7 @@ def _update_body(weight, indices, indptr, perm, spikes, trace, lo, hi, *, name, 
     trace = jnp.asarray(trace, dtype)
     if trace.shape != (ncols,):
         raise EventShapeError(f"{name}: the trace has shape {tuple(trace.shape)}; expected ({ncols},)")
-    bounds = _bounds(name, lo, hi, dtype)
+    bounds = _bounds(name, w_min, w_max, dtype)
     if mode == SPARSE:
         indices = _index(name, "indices", indices)
         if weight.size == 1 and indices.size > 1:
