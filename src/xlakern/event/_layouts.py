@@ -623,17 +623,18 @@ class DataRepresentation:
             W3 = W.apply2(mask_dense, operator.mul)   # weights times mask[i, j]
         """
         name = f"{type(self).__name__}.apply2"
+        dense_result = not self._fixed and fn in (operator.add, operator.sub)
         if not isinstance(other, DataRepresentation):
             operand_shape = np.shape(_numeric_operand(name, other, self.shape))
             if isinstance(other, (list, tuple)):  # jax arrays take no lists as operands
                 other = jnp.asarray(other)
-        if not self._fixed and fn in (operator.add, operator.sub):
-            if not isinstance(other, DataRepresentation):
-                try:
+            try:
+                if dense_result:
                     np.broadcast_shapes(operand_shape, self.shape)
-                except ValueError:
-                    raise EventShapeError(f"{name}: other has shape {operand_shape}, which does not broadcast "
-                                          f"against the matrix shape {self.shape}") from None
+            except ValueError:
+                raise EventShapeError(f"{name}: other has shape {operand_shape}, which does not broadcast "
+                                      f"against the matrix shape {self.shape}") from None
+        if dense_result:
             dense = self.todense()
             return fn(other, dense) if reverse else fn(dense, other)
         if isinstance(other, DataRepresentation):
