@@ -765,8 +765,72 @@ def test_operators_and_row_indexing_as_brainevent(rng, kind, shared):
     for bad in (m, -m - 1, [0, m]):
         with pytest.raises(IndexError, match="out of range"):
             W[bad]
-    with pytest.raises(xlakern.EventIndexError, match="ints"):
-        W[0.5]
+    for bad in (0.5, None, "a", [0, [1, 2]]):  # not rows; jax's own errors for the last three named no call
+        with pytest.raises(xlakern.EventIndexError, match=r"CSR|CSC|FixedNum"):
+            W[bad]
+
+
+@pytest.mark.parametrize("kind", KINDS + ["Dense"])
+def test_layouts_name_an_array_jax_cannot_read(rng, kind):
+    """A layout built (or given new weights by with_data) from None, a string or a ragged list: an
+    EventDTypeError naming the layout and the argument, where jax's own error named neither. The layout
+    built from the same arrays as lists still multiplies as float64 NumPy does."""
+    import re
+
+    from xlakern.event import EventDTypeError
+
+    if kind == "Dense":
+        d = rng.standard_normal((5, 4))
+        W, dense = Dense(jnp.asarray(d, jnp.float32)), d
+        builds = {"Dense: data is None": lambda: Dense(None), "Dense: data is a str": lambda: Dense("w")}
+        again = Dense(d.astype(np.float32).tolist())
+    else:
+        case = make_case(rng, kind, (9, 13), 0.3)
+        W, dense = case.W, case.dense
+        arrays = [np.asarray(a) for a in W._arrays()]
+        cls = type(W)
+        builds = {f"{kind}: data is None": lambda: cls((None, *arrays[1:]), shape=W.shape),
+                  f"{kind}: indices is a str": lambda: cls((arrays[0], "0 1", *arrays[2:]), shape=W.shape),
+                  f"{kind}: indices cannot be read as an array": lambda: cls((arrays[0], [[0, 1], [2]],
+                                                                              *arrays[2:]), shape=W.shape)}
+        if len(arrays) == 3:
+            builds[f"{kind}: indptr is None"] = lambda: cls((arrays[0], arrays[1], None), shape=W.shape)
+        again = cls(tuple(a.tolist() for a in arrays), shape=W.shape)
+    builds[f"{kind}: data is None"] = lambda: W.with_data(None)
+    builds[f"{kind}: data is a str ('heavy')"] = lambda: W.with_data("heavy")
+    for message, build in builds.items():
+        with pytest.raises(EventDTypeError, match=re.escape(message)):
+            build()
+    x = rng.standard_normal(dense.shape[1])
+    np.testing.assert_allclose(np.asarray(again @ jnp.asarray(x, jnp.float32), np.float64), dense @ x, **TOL)
+
+
+def test_layout_methods_name_an_argument_they_cannot_use(rng):
+    """solve, diag_add, delay_layout, apply and apply2 given None, a string or a non-integer slot count: an
+    XlakernError naming the method and the argument. An integral float slot count is read as an int."""
+    import re
+
+    from xlakern.event import EventArgumentError, EventDTypeError, EventOperandError
+
+    case = make_case(rng, "CSR", (6, 6), 0.5)
+    W = case.W
+    delays = rng.integers(1, 4, W.nse).astype(np.int32)
+    cases = [
+        (EventDTypeError, lambda: W.solve(None), "CSR.solve: b is None"),
+        (EventDTypeError, lambda: W.T.diag_add("1"), "CSC.diag_add: other is a str ('1')"),
+        (EventArgumentError, lambda: W.delay_layout(delays, None), "CSRDelayLayout.build: n_slots must be an int; got None"),
+        (EventArgumentError, lambda: W.delay_layout(delays, 4.5), "n_slots must be an int; got 4.5"),
+        (EventOperandError, lambda: W.apply(None), "CSR.apply: fn must be a function of the weights; got NoneType"),
+        (EventOperandError, lambda: W.apply2(2.0, "mul"), "CSR.apply2: fn must be a function of the weights; got str"),
+        (EventOperandError, lambda: Dense(jnp.ones((3, 3))).apply2(None, operator.mul), "Dense.apply2: other is a NoneType"),
+    ]
+    for error, call, message in cases:
+        with pytest.raises(error, match=re.escape(message)):
+            call()
+    assert W.delay_layout(delays, 4.0).n_slots == 4
+    d = rng.standard_normal(6)
+    np.testing.assert_allclose(np.asarray(W.diag_add(jnp.asarray(d, jnp.float32)).todense(), np.float64),
+                               case.dense + np.diag(d), **TOL)
 
 
 @pytest.mark.parametrize("kind", KINDS + ["Dense"])

@@ -579,6 +579,41 @@ def test_bad_inputs_name_the_argument():
             call()
 
 
+def test_conversions_name_an_argument_jax_cannot_read(rng):
+    """None, a string, a float array or arrays of different lengths given to the index conversions and
+    csr_slice_rows: an XlakernError naming the function and the argument (jax's or NumPy's own errors
+    named neither). Lists of ints still convert as NumPy groups them."""
+    import re
+
+    from xlakern.event import EventDTypeError, EventShapeError
+
+    ptr, idx = np.array([0, 2, 3]), np.array([0, 2, 1])
+    data = jnp.asarray(rng.standard_normal(3), jnp.float32)
+    cases = [
+        (EventDTypeError, lambda: T.csr_to_coo_index(None, idx), "csr_to_coo_index: indptr is None"),
+        (EventDTypeError, lambda: T.csr_to_coo_index(ptr, "0 2 1"), "csr_to_coo_index: indices is a str"),
+        (EventDTypeError, lambda: T.csr_to_coo_index(ptr.astype(float), idx),
+         "csr_to_coo_index: indptr has dtype float64; expected an integer array"),
+        (EventDTypeError, lambda: T.csr_to_csc_index(None, idx, shape=(2, 3)), "csr_to_csc_index: csr_indptr is None"),
+        (EventDTypeError, lambda: T.csc_to_csr_index(ptr, None, shape=(3, 2)), "csc_to_csr_index: csc_indices is None"),
+        (EventDTypeError, lambda: T.coo2csr("rows", idx, shape=(2, 3)), "coo2csr: row_ids is a str ('rows')"),
+        (EventShapeError, lambda: T.coo2csr(np.array([0, 1]), idx, shape=(2, 3)),
+         "coo2csr: row_ids has shape (2,) and col_ids (3,)"),
+        (EventShapeError, lambda: T.coo_to_csc_index(np.zeros((3, 1), int), idx, shape=(2, 3)),
+         "coo_to_csc_index: pre_ids has shape (3, 1); expected a 1-D array"),
+        (EventDTypeError, lambda: T.csr_slice_rows(data, idx, ptr, None, shape=(2, 3)),
+         "csr_slice_rows: row_indices is None"),
+    ]
+    for error, call, message in cases:
+        with pytest.raises(error, match=re.escape(message)):
+            call()
+    r, c = rng.integers(0, 4, 20), rng.integers(0, 5, 20)
+    p, cols, order = T.coo2csr(r.tolist(), c.tolist(), shape=(4, 5))
+    np.testing.assert_array_equal(np.asarray(order), np.argsort(r, kind="stable"))
+    np.testing.assert_array_equal(np.asarray(cols), c[np.argsort(r, kind="stable")])
+    np.testing.assert_array_equal(np.asarray(p), np.r_[0, np.cumsum(np.bincount(r, minlength=4))])
+
+
 # ----------------------------------------------------------------------------- the same on a GPU
 
 @pytest.mark.gpu

@@ -381,6 +381,25 @@ def test_event_containers(rng):
     np.testing.assert_allclose(np.asarray(W.T) @ xlakern.BinaryArray(x), W.T @ x, rtol=1e-5, atol=1e-5)
 
 
+def test_spike_containers_name_an_argument_jax_cannot_read(rng):
+    """bitpack and CompactBinary.from_array given None or a string: an EventDTypeError naming the
+    argument (jax's error names neither the call nor the argument); valid spikes still pack as NumPy does."""
+    import re
+
+    from xlakern.event import EventDTypeError
+
+    for call, message in [(lambda: xlakern.bitpack(None), "bitpack: arr is None"),
+                          (lambda: xlakern.bitpack("1010"), "bitpack: arr is a str ('1010')"),
+                          (lambda: xlakern.bitpack([[1, 0], [1]]), "bitpack: arr cannot be read as an array"),
+                          (lambda: xlakern.CompactBinary.from_array(None), "CompactBinary.from_array: x is None"),
+                          (lambda: xlakern.CompactBinary.from_array({1: 2}), "from_array: x is a dict")]:
+        with pytest.raises(EventDTypeError, match=re.escape(message)):
+            call()
+    x = rng.random(40) < 0.5
+    np.testing.assert_array_equal(np.asarray(xlakern.bitpack(list(x))),
+                                  [int(sum(int(b) << k for k, b in enumerate(x[w:w + 32]))) for w in (0, 32)])
+
+
 def test_deprecated_names_warn_and_resolve():
     for old, new in [("EventArray", "BinaryArray"), ("FixedPostNumConn", "FixedNumPerPre"),
                      ("FixedPreNumConn", "FixedNumPerPost")]:

@@ -30,6 +30,7 @@ import numpy as np
 from .. import XLACustomKernel
 from . import _kernels as K
 from . import _units
+from ._arguments import as_array
 from ._errors import EventDTypeError, EventShapeError, IndexConversionError
 from ._ops import _index, _shape2, _sparse_call, _weights
 
@@ -166,7 +167,7 @@ def csr_slice_rows(data, indices, indptr, row_indices, *, shape, backend: Option
     shape = _shape2(name, shape)
     indices = _index(name, "indices", indices)
     indptr = _index(name, "indptr", indptr)
-    row_indices = jnp.asarray(row_indices)
+    row_indices = as_array(name, "row_indices", row_indices, quantity=False)
     if not jnp.issubdtype(row_indices.dtype, jnp.integer):
         raise EventDTypeError(f"{name}: row_indices has dtype {row_indices.dtype}; it must be an integer array")
     if row_indices.ndim > 1:
@@ -204,6 +205,17 @@ def _offset_dtype(name: str, nse: int, host: bool):
     return np.dtype(np.int64)
 
 
+def _coords(name: str, arg: str, x):
+    """An index array of a conversion: NumPy arrays stay on the host, anything else becomes a jax array;
+    None, strings and non-integer arrays are refused naming the argument."""
+    x = x if isinstance(x, np.ndarray) else as_array(name, arg, x, quantity=False)
+    if not (np.issubdtype(x.dtype, np.integer) or (x.size == 0 and x.ndim == 1)):
+        raise EventDTypeError(f"{name}: {arg} has dtype {x.dtype}; expected an integer array")
+    if x.ndim != 1:
+        raise EventShapeError(f"{name}: {arg} has shape {tuple(x.shape)}; expected a 1-D array")
+    return x if np.issubdtype(x.dtype, np.integer) else x.astype(np.int32)
+
+
 def _on_host(*arrays) -> bool:
     return all(isinstance(a, np.ndarray) for a in arrays)
 
@@ -217,11 +229,14 @@ def _check_coords(name: str, arg: str, coords, n: int) -> None:
         raise IndexConversionError(f"{name}: {arg} holds values in [{lo}, {hi}]; they must lie in [0, {n})")
 
 
-def _compress(name, keys, others, n_keys: int, keys_arg: str):
+def _compress(name, keys, others, n_keys: int, keys_arg: str, others_arg: str):
     """Group entries by ``keys`` (stable): (pointer over n_keys, others in that order (int32), order)."""
     host = _on_host(keys, others)
     xp = np if host else jnp
     keys, others = xp.asarray(keys), xp.asarray(others)
+    if keys.shape != others.shape:
+        raise EventShapeError(f"{name}: {keys_arg} has shape {tuple(keys.shape)} and {others_arg} "
+                              f"{tuple(others.shape)}; give one row and one column for each entry")
     _check_coords(name, keys_arg, keys, n_keys)
     offset = _offset_dtype(name, int(keys.size), host)
     order = xp.argsort(keys, kind="stable") if host else jnp.argsort(keys, stable=True)
@@ -239,9 +254,9 @@ def csr_to_coo_index(indptr, indices):
 
         rows, cols = xlakern.csr_to_coo_index(np.array([0, 2, 3]), np.array([0, 2, 1]))  # [0 0 1], [0 2 1]
     """
+    indptr, indices = _coords("csr_to_coo_index", "indptr", indptr), _coords("csr_to_coo_index", "indices", indices)
     if isinstance(indptr, np.ndarray):
         return np.repeat(np.arange(indptr.size - 1), np.diff(indptr)), indices
-    indptr = jnp.asarray(indptr)
     nse = int(np.shape(indices)[0])
     return jnp.repeat(jnp.arange(indptr.size - 1), jnp.diff(indptr), total_repeat_length=nse), indices
 
@@ -256,8 +271,10 @@ def coo_to_csc_index(pre_ids, indices, *, shape):
 
         indptr, rows, perm = xlakern.coo_to_csc_index(np.array([0, 0, 1]), np.array([0, 2, 1]), shape=(2, 3))
     """
-    shape = _shape2("coo_to_csc_index", shape)
-    return _compress("coo_to_csc_index", indices, pre_ids, shape[1], "indices")
+    name = "coo_to_csc_index"
+    shape = _shape2(name, shape)
+    return _compress(name, _coords(name, "indices", indices), _coords(name, "pre_ids", pre_ids), shape[1], "indices",
+                     "pre_ids")
 
 
 def coo2csr(row_ids, col_ids, *, shape):
@@ -271,7 +288,8 @@ def coo2csr(row_ids, col_ids, *, shape):
         indptr, cols, order = xlakern.coo2csr(np.array([1, 0, 1]), np.array([2, 0, 1]), shape=(2, 3))
     """
     shape = _shape2("coo2csr", shape)
-    return _compress("coo2csr", row_ids, col_ids, shape[0], "row_ids")
+    return _compress("coo2csr", _coords("coo2csr", "row_ids", row_ids), _coords("coo2csr", "col_ids", col_ids),
+                     shape[0], "row_ids", "col_ids")
 
 
 _METHODS = ("coo", "numpy", "gpu_column_block")
@@ -296,10 +314,11 @@ def csr_to_csc_index(csr_indptr, csr_indices, *, shape, include_perm: bool = Tru
     if method not in _METHODS:
         raise IndexConversionError(f"{name}: method must be one of {_METHODS}; got {method!r}")
     shape = _shape2(name, shape)
+    csr_indptr, csr_indices = _coords(name, "csr_indptr", csr_indptr), _coords(name, "csr_indices", csr_indices)
     host = method != "coo" and not _on_host(csr_indptr, csr_indices)
     indptr, indices = (np.asarray(csr_indptr), np.asarray(csr_indices)) if host else (csr_indptr, csr_indices)
     rows, cols = csr_to_coo_index(indptr, indices)
-    out = _compress(name, cols, rows, shape[1], "csr_indices")
+    out = _compress(name, cols, rows, shape[1], "csr_indices", "csr_indptr's rows")
     if host:
         out = tuple(jnp.asarray(a) for a in out)
     return out[0], out[1], out[2] if include_perm else None
@@ -315,5 +334,7 @@ def csc_to_csr_index(csc_indptr, csc_indices, *, shape, include_perm: bool = Tru
 
         indptr, indices, perm = xlakern.csc_to_csr_index(csc_indptr, csc_indices, shape=(n_pre, n_post))
     """
-    rows, cols = _shape2("csc_to_csr_index", shape)
+    name = "csc_to_csr_index"
+    rows, cols = _shape2(name, shape)
+    csc_indptr, csc_indices = _coords(name, "csc_indptr", csc_indptr), _coords(name, "csc_indices", csc_indices)
     return csr_to_csc_index(csc_indptr, csc_indices, shape=(cols, rows), include_perm=include_perm)

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Optional
 
 import jax
@@ -265,7 +266,12 @@ class CSRDelayLayout:
         """
         name = "CSRDelayLayout.build"
         n_pre, n_post = _shape2(name, shape)
-        n_slots = int(n_slots)
+        try:
+            n_slots = operator.index(n_slots)
+        except TypeError:
+            if not (isinstance(n_slots, float) and n_slots.is_integer()):
+                raise EventArgumentError(f"{name}: n_slots must be an int; got {n_slots!r:.40}") from None
+            n_slots = int(n_slots)
         if n_slots < 2:
             raise EventShapeError(f"{name}: n_slots must be at least 2 (delays lie in [1, n_slots)); got {n_slots}")
         if any(isinstance(a, jax.core.Tracer) for a in (indices, indptr, delays)):

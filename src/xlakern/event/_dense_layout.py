@@ -24,7 +24,8 @@ from jax.tree_util import register_pytree_node_class
 from . import _ops
 from . import _units
 from ._errors import EventIndexError, EventShapeError, EventUnitError, UnsupportedOperationError
-from ._layouts import CSC, CSR, DataRepresentation, _as_array, _row_selector, _shape_arg
+from ._arguments import as_array
+from ._layouts import CSC, CSR, DataRepresentation, _function, _numeric_operand, _row_selector, _shape_arg
 
 __all__ = ["Dense"]
 
@@ -43,7 +44,7 @@ class Dense(DataRepresentation):
     __module__ = "xlakern"
 
     def __init__(self, data, *, shape=None, backend: Optional[str] = None, buffers=None):
-        data = _as_array(data)
+        data = as_array("Dense", "data", data)
         actual = tuple(np.shape(_units.split(data)[0]))
         if len(actual) != 2:
             raise EventShapeError(f"Dense: data has shape {actual}; expected a 2-D (rows, cols) matrix")
@@ -86,6 +87,7 @@ class Dense(DataRepresentation):
 
             W2 = W.with_data(W.data * 0.5)
         """
+        data = as_array("Dense", "data", data)
         new = tuple(np.shape(_units.split(data)[0]))
         if new != self.shape:
             raise EventShapeError(f"Dense.with_data: data has shape {new}; expected {self.shape}")
@@ -238,13 +240,15 @@ class Dense(DataRepresentation):
 
             W2 = W.apply2(mask, operator.mul)
         """
+        _function("Dense.apply2", fn)
         if isinstance(other, Dense):
             operand = other.data
         elif isinstance(other, DataRepresentation):
             raise UnsupportedOperationError(f"Dense.apply2: other is a {type(other).__name__}; combine a Dense with "
                                             f"a scalar, an array or another Dense (use other.todense())")
         else:
-            operand = other if _units.is_quantity(other) else jnp.asarray(other)
+            _numeric_operand("Dense.apply2", other, self.shape)
+            operand = as_array("Dense.apply2", "other", other)
         shape = np.shape(_units.split(operand)[0])
         try:
             fits = jnp.broadcast_shapes(self.shape, shape) == self.shape

@@ -26,6 +26,7 @@ import numpy as np
 
 from .._compat import Tracer, jit_placement_key, trace_state_clean
 from ..errors import XlakernError
+from ._arguments import refused_value
 from ._errors import EventDTypeError
 
 # Values jit takes as they are; anything else (a list, a string, an object) goes the plain way, so the
@@ -99,10 +100,8 @@ def optional_arguments(*names: str) -> Callable:
 
 
 def _unreadable_argument(impl: Callable, dynamic: tuple, static: dict, error: Exception) -> Any:
-    """An EventDTypeError for the argument of ``impl`` that jax could not read: a string, bytes, a dict or
-    set, a Python int too wide for jit's integers (32 bits, or 64 with jax_enable_x64), or None where an
-    array is needed; else None."""
-    bits = 64 if jax.config.jax_enable_x64 else 32
+    """An EventDTypeError for the argument of ``impl`` that jax could not read (see refused_value; a None
+    only where the operator needs an array and jax said so), else None."""
     name = static.get("name", impl.__name__)
     params = list(inspect.signature(impl).parameters)
     if isinstance(error, ValueError) and "None is not a valid value" in str(error):  # jax's words for None
@@ -112,12 +111,10 @@ def _unreadable_argument(impl: Callable, dynamic: tuple, static: dict, error: Ex
             return EventDTypeError(f"{name}: {' and '.join(nones)} {'is' if len(nones) == 1 else 'are'} None; "
                                    f"expected an array")
     for arg, value in zip(params, dynamic):
-        if isinstance(value, (str, bytes, dict, set)):
-            return EventDTypeError(f"{name}: {arg} is a {type(value).__name__} ({value!r:.40}); expected a number or "
-                                   f"an array")
-        if type(value) is int and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-            return EventDTypeError(f"{name}: {arg} is the Python int {value}, wider than JAX's {bits}-bit integers; "
-                                   f"pass a smaller number or an array")
+        if value is not None:
+            refused = refused_value(name, arg, value)
+            if refused is not None:
+                return refused
     return None
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from jax.tree_util import register_pytree_node_class
 
 from . import _units
+from ._arguments import as_array
 from ._errors import EventDTypeError, EventMatmulError, EventNDimError, EventShapeError
 
 __all__ = ["EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBinary", "bitpack", "CompactBinary"]
@@ -201,7 +202,7 @@ def bitpack(arr, axis: int = 0):
 
         xlakern.bitpack(jnp.array([1, 0, 1]), axis=0)   # [5]
     """
-    arr = jnp.asarray(_raw(arr)) != 0
+    arr = as_array("bitpack", "arr", _raw(arr), quantity=False) != 0
     try:
         axis = operator.index(axis)
     except TypeError:
@@ -270,7 +271,7 @@ class CompactBinary(BinaryArray):
     def from_array(cls, x, bit_width: int = 32, *, name: str = "CompactBinary.from_array"):
         if bit_width != 32:
             raise EventShapeError(f"{name}: bit_width must be 32; got {bit_width}")
-        x = jnp.asarray(_raw(x))
+        x = as_array(name, "x", _raw(x), quantity=False)
         if x.ndim not in (1, 2):
             raise EventShapeError(f"{name}: expected a 1-D or 2-D array; got shape {x.shape}")
         return cls(x)

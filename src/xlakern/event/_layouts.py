@@ -29,6 +29,7 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _ops
 from . import _units
+from ._arguments import as_array
 from ._errors import (EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventNDimError,
                       EventOperandError, EventShapeError, EventTracedError, EventUnitError, UnsupportedOperationError)
 from ._events import EventRepresentation, _raw
@@ -70,7 +71,13 @@ def _row_selector(what: str, index, nrows: int):
     ``what`` names the caller in messages (``"CSR[...]"``)."""
     if isinstance(index, slice):
         return jnp.arange(*index.indices(nrows), dtype=jnp.int32)
-    rows = jnp.asarray(index)
+    if index is None or isinstance(index, (str, bytes, dict, set, float)):  # not rows, not even as an array
+        raise EventIndexError(f"{what}: rows are selected by an int, a 1-D sequence or array of ints, or a "
+                              f"slice; got {index!r:.40}")
+    try:
+        rows = jnp.asarray(index)
+    except (TypeError, ValueError, OverflowError) as e:  # a ragged list, an int wider than jax's
+        raise EventIndexError(f"{what}: the rows {index!r:.40} cannot be read as an array of ints: {e}") from None
     if rows.size == 0 and rows.ndim == 1:  # [] is float to jnp: no rows
         rows = rows.astype(jnp.int32)
     if not jnp.issubdtype(rows.dtype, jnp.integer) or rows.ndim > 1:
@@ -604,6 +611,7 @@ class DataRepresentation:
 
             W2 = W.apply(jnp.abs)
         """
+        _function(f"{type(self).__name__}.apply", fn)
         data = fn(self.data)
         old, new = np.shape(_units.split(self.data)[0]), np.shape(_units.split(data)[0])
         if old != new:
@@ -623,6 +631,7 @@ class DataRepresentation:
             W3 = W.apply2(mask_dense, operator.mul)   # weights times mask[i, j]
         """
         name = f"{type(self).__name__}.apply2"
+        _function(name, fn)
         dense_result = not self._fixed and fn in (operator.add, operator.sub)
         if not isinstance(other, DataRepresentation):
             operand_shape = np.shape(_numeric_operand(name, other, self.shape))
@@ -861,8 +870,9 @@ def _diagonal_plan(name, indices, indptr, n_diag):
     return new_indices, new_indptr, moved, diag
 
 
-def _as_array(x):
-    return x if _units.is_quantity(x) else jnp.asarray(x)
+def _function(who: str, fn) -> None:
+    if not callable(fn):
+        raise EventOperandError(f"{who}: fn must be a function of the weights; got {type(fn).__name__} ({fn!r:.40})")
 
 
 def _unpack(args, fields: tuple, who: str):
@@ -881,7 +891,7 @@ def _shape_arg(cls_name, shape):
 def _check_rhs(name: str, shape, b):
     """b's mantissa and unit for solving with a square matrix of ``shape``."""
     value, unit = _units.split(b)
-    value = jnp.asarray(value)
+    value = as_array(name, "b", value, quantity=False)
     if shape[0] != shape[1]:
         raise EventShapeError(f"{name}: the matrix has shape {tuple(shape)}; solving needs a square one")
     if value.shape != (shape[0],):
@@ -944,11 +954,12 @@ class CSR(DataRepresentation):
         data, indices, indptr = _unpack(args, ("data", "indices", "indptr"), type(self).__name__)
         name = type(self).__name__
         shape = _shape_arg(name, shape)
-        indices, indptr = jnp.asarray(indices), jnp.asarray(indptr)
+        indices, indptr = as_array(name, "indices", indices, quantity=False), as_array(name, "indptr", indptr,
+                                                                                       quantity=False)
         auto = isinstance(indptr_dtype, str) and indptr_dtype == "auto"
         if not auto and jnp.issubdtype(indptr.dtype, jnp.integer):  # a float one is refused by the kernels' checks
             indptr = indptr.astype(_indptr_dtype(name, indptr_dtype, np.size(indices), auto=None))
-        arrays = (_as_array(data), indices, indptr)
+        arrays = (as_array(name, "data", data), indices, indptr)
         self._set(arrays, shape, backend)
         self._init_buffers(buffers)
         _validate_csr(name, *arrays, self._stored_shape())
@@ -1033,7 +1044,7 @@ class CSR(DataRepresentation):
         name = f"{type(self).__name__}.diag_add"
         n_diag = min(self.shape)
         value, unit_o = _units.split(other)
-        value = jnp.asarray(value)
+        value = as_array(name, "other", value, quantity=False)
         if value.shape != (n_diag,):
             raise EventShapeError(f"{name}: other has shape {tuple(value.shape)}; expected ({n_diag},), one value "
                                   f"per diagonal entry")
@@ -1184,11 +1195,11 @@ class FixedNumConn(DataRepresentation):
         # (accepted, unused)
         data, indices = _unpack(args, ("data", "indices"), type(self).__name__)
         shape = _shape_arg(type(self).__name__, shape)
-        arrays = (_as_array(data), jnp.asarray(indices))
+        name = type(self).__name__
+        arrays = (as_array(name, "data", data), as_array(name, "indices", indices, quantity=False))
         self._set(arrays, shape, backend)
         self._init_buffers(buffers)
         rows = self._stored_shape()[0]
-        name = type(self).__name__
         _ops._integer_array(name, "indices", arrays[1])
         if np.ndim(arrays[1]) != 2 or np.shape(arrays[1])[0] != rows:
             raise EventShapeError(f"{name}: indices has shape {np.shape(arrays[1])}; expected ({rows}, K), "
