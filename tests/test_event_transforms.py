@@ -381,6 +381,43 @@ def test_event_containers(rng):
     np.testing.assert_allclose(np.asarray(W.T) @ xlakern.BinaryArray(x), W.T @ x, rtol=1e-5, atol=1e-5)
 
 
+def test_compact_binary_from_brainevents_parts(rng):
+    """BrainEvent's constructor CompactBinary(packed, active_ids, n_active, value, n_orig, batch_size) and
+    from_packed / from_array_light / compacy_only_vector give the spikes of ``value``: their compaction
+    and their products agree with NumPy; a value that does not match n_orig or batch_size is refused."""
+    from xlakern.event import EventShapeError
+
+    for shape in ((70,), (45, 3)):
+        x = rng.random(shape) < 0.3
+        rows = x if x.ndim == 1 else x.any(axis=1)
+        ids = np.full(shape[0], shape[0], np.int32)
+        ids[:rows.sum()] = np.nonzero(rows)[0]
+        packed = np.asarray(xlakern.bitpack(x, axis=x.ndim - 1))
+        batch = None if x.ndim == 1 else shape[1]
+        W = rng.standard_normal((shape[0], 4))
+        made = [xlakern.CompactBinary(packed, ids, np.array([rows.sum()], np.int32), jnp.asarray(x), shape[0], batch),
+                xlakern.CompactBinary(packed, ids, rows.sum(), value=jnp.asarray(x), n_orig=shape[0],
+                                      batch_size=batch, bit_width=32),
+                xlakern.CompactBinary.from_packed(packed, ids, rows.sum(), jnp.asarray(x), shape[0], batch),
+                xlakern.CompactBinary.from_array_light(jnp.asarray(x))]
+        for c in made:
+            assert type(c) is xlakern.CompactBinary and c.shape == shape and c.batch_size == batch
+            assert int(c.n_active[0]) == rows.sum()
+            np.testing.assert_array_equal(c.active_ids, ids)
+            np.testing.assert_array_equal(c.packed, packed)
+            expect = (x.astype(np.float64).T @ W).T if x.ndim == 2 else x.astype(np.float64) @ W
+            got = c @ jnp.asarray(W, jnp.float32) if x.ndim == 1 else jnp.asarray(W.T, jnp.float32) @ c
+            np.testing.assert_allclose(np.asarray(got, np.float64), expect, rtol=1e-5, atol=1e-5)
+        with pytest.raises(EventShapeError, match=rf"value has shape \({shape[0]},"):
+            xlakern.CompactBinary(packed, ids, rows.sum(), jnp.asarray(x), shape[0] + 1, batch)
+        with pytest.raises(EventShapeError, match="value has shape"):
+            xlakern.CompactBinary.from_packed(packed, ids, rows.sum(), jnp.asarray(x), shape[0], 7)
+    v = rng.random(40) < 0.5
+    np.testing.assert_array_equal(xlakern.CompactBinary.compacy_only_vector(v).value, v)
+    with pytest.raises(EventShapeError, match="1-D"):
+        xlakern.CompactBinary.compacy_only_vector(np.ones((4, 2)))
+
+
 def test_spike_containers_name_an_argument_jax_cannot_read(rng):
     """bitpack and CompactBinary.from_array given None or a string: an EventDTypeError naming the
     argument (jax's error names neither the call nor the argument); valid spikes still pack as NumPy does."""

@@ -257,7 +257,10 @@ class BitPackedBinary(BinaryArray):
 @register_pytree_node_class
 class CompactBinary(BinaryArray):
     """Binary spikes with the indices of active rows (``active_ids``, padded with the row count)
-    and their count (``n_active``, shape (1,)). Products use ``value``.
+    and their count (``n_active``, shape (1,)). Products use ``value``. Built from the spikes alone
+    (``CompactBinary(value)``, :meth:`from_array`) or, as in BrainEvent, from
+    ``(packed, active_ids, n_active, value, n_orig, batch_size=None, bit_width=32)``, whose compaction is
+    recomputed from ``value`` when asked for.
 
     Example::
 
@@ -266,6 +269,14 @@ class CompactBinary(BinaryArray):
     """
 
     __module__ = "xlakern"
+
+    def __init__(self, *args, **kwargs):
+        # CompactBinary(value), or BrainEvent's CompactBinary(packed, active_ids, n_active, value, n_orig,
+        # batch_size=None, bit_width=32), which from_packed checks against value
+        if len(args) + len(kwargs) == 1 and set(kwargs) <= {"value"}:
+            super().__init__(args[0] if args else kwargs["value"])
+        else:
+            super().__init__(type(self).from_packed(*args, **kwargs).value)
 
     @classmethod
     def from_array(cls, x, bit_width: int = 32, *, name: str = "CompactBinary.from_array"):
