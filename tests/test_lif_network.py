@@ -241,6 +241,18 @@ def test_bad_arguments_raise_xlakern_errors(rng):
         LIFParams(tau_m=0.0)
     with pytest.raises(xlakern.XlakernError, match="LIFState"):
         run_lif_network([st["v"]], ce, ci, p, 1)
+    # values no array or number can be made of: jax's and float()'s own errors named no argument
+    from xlakern.event import EventDTypeError
+    with pytest.raises(EventDTypeError, match=r"run_lif_network: state\.ref is None"):
+        run_lif_network(dict(st, ref=None), ce, ci, p, 1)
+    with pytest.raises(EventDTypeError, match=r"state\.v is a str"):
+        run_lif_network(dict(st, v="-60"), ce, ci, p, 1)
+    for field, value in (("dt", None), ("drive", "20"), ("v_th", [-50.0, -49.0])):
+        with pytest.raises(EventDTypeError, match=rf"LIFParams: {field}=.*expected a concrete number"):
+            LIFParams(**{field: value})
+    with pytest.raises(EventDTypeError, match="drive"):
+        jax.jit(lambda d: LIFParams(drive=d).vector())(1.0)
+    assert LIFParams(drive=np.float32(2.5), tau_m=10).vector()[11] == np.float32(2.5)
 
 
 def test_units_are_refused_with_a_hint(rng):

@@ -46,6 +46,7 @@ import numpy as np
 from .. import XLACustomKernel, load_cpp_file, load_cuda_file
 from ._kernels import known_module
 from . import _units
+from ._arguments import as_array
 from ._errors import EventDTypeError, EventShapeError, EventUnitError
 from ._layouts import FixedNumPerPre
 
@@ -105,6 +106,16 @@ class LIFParams:
             raise EventShapeError(f"LIFParams: synapse={self.synapse!r}; expected 'coba' or 'cuba'")
         if self.integrator not in ("euler", "exp_euler"):
             raise EventShapeError(f"LIFParams: integrator={self.integrator!r}; expected 'euler' or 'exp_euler'")
+        for f in dataclasses.fields(self):  # numbers the kernels read from a host vector (see vector())
+            value = getattr(self, f.name)
+            if f.type in (float, "float"):
+                try:
+                    if isinstance(value, (str, bytes)) or np.ndim(value) != 0:
+                        raise TypeError
+                    float(value)
+                except (TypeError, ValueError):
+                    raise EventDTypeError(f"LIFParams: {f.name}={value!r:.40}; expected a concrete number (the "
+                                          f"parameters are read on the host, not under jit)") from None
         for f in ("tau_m", "tau_e", "tau_i", "dt"):
             if not float(getattr(self, f)) > 0:
                 raise EventShapeError(f"LIFParams: {f}={getattr(self, f)!r}; it must be > 0")
@@ -272,7 +283,7 @@ def _checked_call(state, params, steps, fn: str):
         if unit is not None:
             raise EventUnitError(f"{fn}: state.{name} carries the unit {unit}; pass plain numbers (mV, ms) as "
                                  f"LIFParams documents")
-        arrays.append(jnp.asarray(x).astype(bool if name == "spk" else jnp.float32))
+        arrays.append(as_array(fn, f"state.{name}", x, quantity=False).astype(bool if name == "spk" else jnp.float32))
     n = arrays[0].shape[0] if arrays[0].ndim == 1 else None
     for name, x in zip(LIFState._fields, arrays):
         if x.ndim != 1 or x.shape[0] != n:
