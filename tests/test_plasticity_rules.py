@@ -176,6 +176,32 @@ def test_bad_arguments_name_what_is_wrong(rng, on_cpu):
         xlakern.csr_apply_on_pre(same, w, cols, indptr, s_pre[:-1], shape=(N_PRE - 1, N_POST))
     with pytest.raises(xlakern.event.EventDTypeError, match="indices"):
         xlakern.csr_apply_on_pre(same, w, cols.astype(np.float32), indptr, s_pre, shape=shape)
+    # what jax, Python or vmap refused without naming the call or the argument
+    rule_error, dtype_error = xlakern.event.EventRuleError, xlakern.event.EventDTypeError
+    for call, error, message in [
+        (lambda: xlakern.csr_apply_on_pre(None, w, cols, indptr, s_pre, shape=shape), rule_error,
+         r"csr_apply_on_pre: rule must be a function rule\(edge, pre, post, params\); got NoneType"),
+        (lambda: xlakern.csr_apply_on_post(lambda e, pre: e, w, cols, indptr, s_post, shape=shape), rule_error,
+         r"csr_apply_on_post: rule is called as rule\(edge, pre, post, params\), four arguments"),
+        (lambda: xlakern.csr_apply_on_pre(same, w, None, indptr, s_pre, shape=shape), dtype_error,
+         "csr_apply_on_pre: indices is None"),
+        (lambda: xlakern.csr_apply_on_post(same, w, cols, indptr, "1011", shape=shape), dtype_error,
+         r"csr_apply_on_post: post_spike is a str \('1011'\)"),
+        (lambda: xlakern.csr_apply_on_pre(same, None, cols, indptr, s_pre, shape=shape),
+         xlakern.event.EventShapeError, "csr_apply_on_pre: edge_state holds no array"),
+        (lambda: xlakern.csr_apply_on_pre(same, w, cols, indptr, s_pre, shape=(N_PRE,)),
+         xlakern.event.EventShapeError, r"shape must be a \(rows, cols\) pair of ints; got \(%d,\)" % N_PRE),
+    ]:
+        with pytest.raises(error, match=message):
+            call()
+    class Doubling:  # a callable object is a rule too
+        def __call__(self, e, pre, post, p):
+            return e * 2.0
+
+    got = xlakern.csr_apply_on_pre(Doubling(), w, cols, indptr, s_pre, shape=shape)
+    np.testing.assert_allclose(np.asarray(got, np.float64),
+                               np.where(s_pre[rows], 2.0 * np.asarray(w, np.float64), np.asarray(w, np.float64)),
+                               rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("on_pre", [True, False])

@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import jax
@@ -38,8 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _units
+from ._arguments import as_array
 from ._errors import EventDTypeError, EventRuleError, EventShapeError, EventUnitError
 from ._kernels import slot_rows
+from ._ops import _shape2
 
 __all__ = ["csr_apply_on_pre", "csr_apply_on_post"]
 
@@ -55,7 +58,7 @@ def _check_leading(name: str, arg: str, tree, size: int, what: str) -> None:
 
 
 def _active(name: str, arg: str, spike, size: int):
-    s = jnp.asarray(_units.split(spike)[0])
+    s = as_array(name, arg, _units.split(spike)[0], quantity=False)
     if s.shape != (size,):
         raise EventShapeError(f"{name}: {arg} has shape {s.shape}; expected ({size},) (one spike a neuron)")
     return s != 0  # bool spikes: True; numbers: non-zero, NaN included
@@ -123,10 +126,25 @@ def _apply(name: str, rule: Rule, edge_state, active, pre_e, post_e, params):
     return jax.tree_util.tree_map(select, new_state, edge_state, is_leaf=_units.is_quantity)
 
 
+def _check_rule(name: str, rule) -> None:
+    """A rule is called as ``rule(edge, pre, post, params)``: refused here when it cannot be, rather than
+    by Python's error inside jax.vmap, which names neither the call nor the rule."""
+    if not callable(rule):
+        raise EventRuleError(f"{name}: rule must be a function rule(edge, pre, post, params); got "
+                             f"{type(rule).__name__}")
+    try:
+        inspect.signature(rule).bind(None, None, None, None)
+    except TypeError as e:
+        raise EventRuleError(f"{name}: rule is called as rule(edge, pre, post, params), four arguments; its "
+                             f"signature does not take them ({e})") from None
+    except ValueError:  # a callable without a readable signature (some builtins): let the call decide
+        pass
+
+
 def _structure(name, edge_state, indices, indptr, row_vals, col_vals, shape, labels):
-    n_rows, n_cols = (int(d) for d in shape)
-    indices = jnp.asarray(indices)
-    indptr = jnp.asarray(indptr)
+    n_rows, n_cols = _shape2(name, shape)
+    indices = as_array(name, "indices", indices, quantity=False)
+    indptr = as_array(name, "indptr", indptr, quantity=False)
     if indices.ndim != 1 or not jnp.issubdtype(indices.dtype, jnp.integer):
         raise EventDTypeError(f"{name}: indices must be a 1-D integer array (one column a synapse); got "
                               f"{indices.dtype} of shape {indices.shape}")
@@ -134,6 +152,9 @@ def _structure(name, edge_state, indices, indptr, row_vals, col_vals, shape, lab
         raise EventShapeError(f"{name}: indptr has shape {indptr.shape} ({indptr.dtype}); expected integers of "
                               f"shape ({n_rows + 1},) for a structure of {n_rows} rows")
     nse = indices.shape[0]
+    if not jax.tree_util.tree_leaves(edge_state, is_leaf=_units.is_quantity):
+        raise EventShapeError(f"{name}: edge_state holds no array; give the per-synapse state the rule updates "
+                              f"(an array or a pytree of arrays with leading dimension {nse})")
     _check_leading(name, "edge_state", edge_state, nse, "nse, one entry a synapse")
     for vals, label, size in ((row_vals, labels[0], n_rows), (col_vals, labels[1], n_cols)):
         side = "presynaptic" if label.startswith("pre") else "postsynaptic"
@@ -148,6 +169,7 @@ def apply_on(name: str, on_rows: bool, rule: Rule, edge_state, indices, indptr, 
     ``rule(edge, row_val, col_val, params)``. ``labels`` name the row values, the column values and the
     row and column spikes in error messages (a CSC's methods call this with its stored structure);
     ``backend`` is the rows kernel's (``"jnp"``: the count and scan)."""
+    _check_rule(name, rule)
     n_rows, n_cols, indices, indptr, cols, cols_ok = _structure(name, edge_state, indices, indptr, row_vals,
                                                                 col_vals, shape, labels)
     nse = indices.shape[0]
