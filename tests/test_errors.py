@@ -189,6 +189,31 @@ def test_bad_module_name_and_optimization_level():
         xlakern.load_cpp_inline(unique_name("opt"), GOOD, optimization_level=7)
 
 
+def test_paths_tags_and_programs_that_are_not_are_named(tmp_path, rng):
+    """A loader's file or directory, the cache directory, get_primitives_by_tags' tags, export's function
+    and deserialize's bytes given a value of the wrong kind: an XlakernError naming the argument (pathlib's,
+    Python's, jax's or the flatbuffer parser's own errors named neither). A file given as a Path still
+    loads and computes what NumPy does."""
+    for call, message in [
+        (lambda: xlakern.load_cpp_file(None), r"filepath must be a path .*; got NoneType"),
+        (lambda: xlakern.load_cuda_file(3), r"filepath must be a path .*; got int 3"),
+        (lambda: xlakern.load_cpp_dir(None), r"the source directory must be a path"),
+        (lambda: xlakern.set_cache_dir(123), r"set_cache_dir: path must be a path .*; got int 123"),
+        (lambda: xlakern.get_primitives_by_tags(None), r"tags must be a tag or an iterable of tags; got NoneType"),
+        (lambda: xlakern.export(None), r"export: fun must be a function"),
+        (lambda: xlakern.deserialize("program"), r"deserialize: blob must be the bytes .*; got str"),
+        (lambda: xlakern.deserialize(rng.bytes(64)), r"these 64 bytes are not a serialized jax.export program"),
+    ]:
+        with pytest.raises(xlakern.XlakernError, match=message):
+            call()
+    src = tmp_path / "scale_by_path.cc"
+    src.write_text(GOOD)
+    mod = xlakern.load_cpp_file(src, name=unique_name("path"))
+    x = rng.standard_normal(7).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(mod.scale(jnp.asarray(x), outs=SDS(x.shape, x.dtype), k=1.5)),
+                               x.astype(np.float64) * 1.5, rtol=1e-6)
+
+
 # -- registration ---------------------------------------------------------------------------------
 
 def test_same_content_is_a_no_op_and_changed_content_is_refused():

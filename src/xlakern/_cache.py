@@ -63,6 +63,15 @@ def cache_root() -> Path:
         return _root_override if _root_override is not None else default_cache_dir()
 
 
+def user_path(what: str, value: object) -> Path:
+    """A path the user gave (``what`` names the argument), absolute; anything but a str or os.PathLike
+    is refused here, not by pathlib's TypeError, which names no argument."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise XlakernError(f"{what} must be a path (a str or os.PathLike); got {type(value).__name__} "
+                           f"{value!r:.60}")
+    return Path(value).expanduser().resolve()
+
+
 def set_cache_dir(path: str | os.PathLike | None) -> None:
     """Use ``path`` as the build cache for this process (None: back to the default).
 
@@ -71,8 +80,9 @@ def set_cache_dir(path: str | os.PathLike | None) -> None:
         xlakern.set_cache_dir("/scratch/me/xlakern-cache")
     """
     global _root_override
+    root = user_path("set_cache_dir: path", path) if path is not None else None
     with _root_lock:
-        _root_override = Path(path).expanduser().resolve() if path is not None else None
+        _root_override = root
 
 
 def get_cache_dir() -> Path:

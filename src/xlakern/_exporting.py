@@ -29,7 +29,7 @@ from jax import export as _jax_export
 from . import _bridge, _compat, _runtime
 from ._codegen import entry_target
 from .config import canonical_platform
-from .errors import PlatformError, RegistrationError
+from .errors import PlatformError, RegistrationError, XlakernError
 
 _CHECK = _jax_export.DisabledSafetyCheck
 # a custom call printed in the pretty form (@name or @"name") or the generic one (call_target_name = "name")
@@ -54,6 +54,9 @@ def export(fun: Callable[..., Any], *, disabled_checks: Sequence[Any] = (), **kw
         exp = xlakern.export(jax.jit(lambda s: brainevent.BinaryArray(s) @ W))(spikes)
         open("step.bin", "wb").write(exp.serialize())
     """
+    if not callable(fun):
+        raise XlakernError(f"export: fun must be a function to export (or a jax.jit of one); got "
+                           f"{type(fun).__name__}")
     if not hasattr(fun, "trace"):
         fun = jax.jit(fun)
 
@@ -153,4 +156,11 @@ def deserialize(blob: bytes | bytearray) -> Any:
         exp = xlakern.deserialize(open("step.bin", "rb").read())
         currents = exp.call(spikes)
     """
-    return prepare_exported(_jax_export.deserialize(bytearray(blob)))
+    if not isinstance(blob, (bytes, bytearray, memoryview)):
+        raise XlakernError(f"deserialize: blob must be the bytes of Exported.serialize(); got {type(blob).__name__}")
+    try:
+        exported = _jax_export.deserialize(bytearray(blob))
+    except Exception as e:  # noqa: BLE001  (a flatbuffer parser's many errors on bytes that are not one)
+        raise XlakernError(f"deserialize: these {len(blob)} bytes are not a serialized jax.export program "
+                           f"({type(e).__name__}: {e!s:.120}); pass what Exported.serialize() wrote") from e
+    return prepare_exported(exported)

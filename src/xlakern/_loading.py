@@ -192,7 +192,7 @@ def _load_module(name: str, sources: list[Source], functions: Any, platform: str
                       f"new key {base_key[:12]}; the sources, options or a header they include changed since)"))
         if existing is not None and not force_rebuild:
             return existing
-        root = Path(build_directory).expanduser().resolve() if build_directory else _cache.cache_root()
+        root = _cache.user_path("build_directory", build_directory) if build_directory else _cache.cache_root()
         slot = _cache.Entry(root, name, base_key)
 
         def headers_unchanged(meta: dict) -> bool:  # a build is valid only while its headers are
@@ -325,7 +325,7 @@ def _inline_sources(name: str, sources: Any, what: str) -> list[Source]:
 def _file_sources(paths: Sequence[Path]) -> list[Source]:
     out = []
     for p in paths:
-        p = Path(p).expanduser().resolve()
+        p = _cache.user_path("the source file", p)
         if not p.is_file():
             raise XlakernError(f"source file {p} does not exist")
         out.append(Source.from_file(p))  # bytes: the compiler, not Python, decides the encoding
@@ -333,7 +333,7 @@ def _file_sources(paths: Sequence[Path]) -> list[Source]:
 
 
 def _dir_sources(directory: str | os.PathLike, file_patterns: Sequence[str]) -> tuple[Path, list[Source]]:
-    d = Path(directory).expanduser().resolve()
+    d = _cache.user_path("the source directory", directory)
     if not d.is_dir():
         raise XlakernError(f"{d} is not a directory")
     if not isinstance(file_patterns, (list, tuple)) or not all(isinstance(p, str) for p in file_patterns):
@@ -398,8 +398,8 @@ def load_cpp_file(
         filepath: the source file (also accepted as ``path=``).
         functions: entry points, as for :func:`load_cpp_inline`.
         name: module name (default: the file's stem)."""
-    return _load(name or _default_name(Path(filepath)), _file_sources([Path(filepath)]), functions, "cpu",
-                 **_build_options(locals()))
+    source = _cache.user_path("filepath", filepath)
+    return _load(name or _default_name(source), _file_sources([source]), functions, "cpu", **_build_options(locals()))
 
 
 @_with_option_check
@@ -451,8 +451,8 @@ def load_cuda_file(
         filepath: the source file (also accepted as ``path=``).
         functions: entry points, as for :func:`load_cpp_inline`.
         name: module name (default: the file's stem)."""
-    return _load(name or _default_name(Path(filepath)), _file_sources([Path(filepath)]), functions, "cuda",
-                 **_build_options(locals()))
+    source = _cache.user_path("filepath", filepath)
+    return _load(name or _default_name(source), _file_sources([source]), functions, "cuda", **_build_options(locals()))
 
 
 @_with_option_check

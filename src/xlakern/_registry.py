@@ -16,6 +16,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Iterable
 
+from .errors import XlakernError
+
 if TYPE_CHECKING:
     from ._primitive import XLACustomKernel
 
@@ -50,7 +52,11 @@ def get_primitives_by_tags(tags: Iterable[str]) -> dict[str, "XLACustomKernel"]:
     """
     if isinstance(tags, str):
         tags = {tags}
-    wanted = set(tags)
+    try:
+        wanted = set(tags)
+    except TypeError:
+        raise XlakernError(f"get_primitives_by_tags: tags must be a tag or an iterable of tags; got "
+                           f"{type(tags).__name__}") from None
     with _lock:
         return {name: k for name, k in _kernels.items() if wanted <= k.tags}
 
