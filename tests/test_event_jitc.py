@@ -548,6 +548,34 @@ def test_units_multiply(rng):
         xlakern.jitumv(0.1 * bu.mS, 0.5, 0.2, x, seed, shape=(40, 30))
 
 
+def test_weight_parameters_that_are_not_numbers_are_named(rng):
+    """A JITC operator, constructor or with_data given None or a string for a weight parameter: an
+    EventDTypeError naming that parameter as the caller wrote it (w_low, w_scale, wscale, ...), not the
+    operator's internal name or jax's words; with_data given the wrong count of parameters is an
+    EventShapeError. With numbers, the same matrix still multiplies as its materialised form does."""
+    import re
+
+    x = rng.standard_normal(30).astype(np.float32)
+    shape = (40, 30)
+    for call, error, message in [
+        (lambda: xlakern.jitumv("0", 1.0, 0.2, x, 3, shape=shape), EventDTypeError, "jitumv: w_low is a str ('0')"),
+        (lambda: xlakern.jitnmv(0.0, None, 0.2, x, 3, shape=shape), EventDTypeError, "jitnmv: w_scale is None"),
+        (lambda: xlakern.jitn(0.0, None, 0.2, 3, shape=shape), EventDTypeError, "jitn: w_scale is None"),
+        (lambda: xlakern.JITCNormalR((0.0, None, 0.2, 3), shape=shape), EventDTypeError, "JITCNormalR: wscale is None"),
+        (lambda: xlakern.JITCScalarC((None, 0.2, 3), shape=shape), EventDTypeError, "JITCScalarC: weight is None"),
+        (lambda: xlakern.JITCUniformR((0.0, 1.0, 0.2, 3), shape=shape).with_data(0.5), EventShapeError,
+         "JITCUniformR.with_data: expected 2 weight parameter(s) (wlow, whigh); got 1"),
+        (lambda: xlakern.JITCUniformR((0.0, 1.0, 0.2, 3), shape=shape).with_data(0.5, "1"), EventDTypeError,
+         "JITCUniformR.with_data: whigh is a str ('1')"),
+    ]:
+        with pytest.raises(error, match=re.escape(message)):
+            call()
+    W = xlakern.JITCUniformR((0.0, 1.0, 0.2, 3), shape=shape).with_data(0.5, 2.0)
+    dense = np.asarray(W.todense(), np.float64)
+    assert dense[dense != 0].min() >= 0.5 and dense.max() <= 2.0
+    np.testing.assert_allclose(np.asarray(W @ jnp.asarray(x), np.float64), dense @ x, rtol=1e-5, atol=1e-5)
+
+
 def test_seeds_are_read_modulo_2_32_and_wider_or_non_integer_seeds_are_refused(rng):
     """The generator reads a seed as a uint32: -7 and 2**32 - 7 give one matrix, a seed in [2**31, 2**32)
     works (jit alone would read it as an int32 and overflow), and one outside [-2**31, 2**32) is an

@@ -29,6 +29,7 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _jitc_kernels as JK
 from . import _units
+from ._arguments import refused_value
 from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, EventOperandError, EventShapeError,
                       EventUnitError, UnsupportedOperationError)
 from ._events import EventRepresentation
@@ -132,8 +133,22 @@ def _tables(name: str, letter: str, prob: float, acc):
     return table, jnp.asarray(q)
 
 
+# the operators' names for their weight parameters, in messages about them
+_WEIGHT_ARGS = {"s": ("weight",), "u": ("w_low", "w_high"), "n": ("w_loc", "w_scale")}
+
+
+def _readable_weights(name: str, names: tuple, weights: tuple) -> None:
+    """Refuses, naming it, a weight parameter no array can be made of (None, a string, ...): the
+    bodies' own check names their internal parameters and takes a None second one for a scalar matrix."""
+    for arg, value in zip(names, weights):
+        refused = refused_value(name, arg, value)
+        if refused is not None:
+            raise refused
+
+
 def _product(name, letter, binary, mm, first, second, prob, vector, seed, shape, transpose, corder, backend):
     # prob and shape set the program (tables, grid); outside a trace it is compiled once (_eager)
+    _readable_weights(name, _WEIGHT_ARGS[letter], (first, second))
     static = dict(name=name, letter=letter, binary=binary, mm=mm, prob=_prob(name, prob), shape=_shape2(name, shape),
                   transpose=transpose, corder=corder, backend=backend)
     return run_fused(_product_body, (first, second, vector, _drawn_seed(name, seed)), static)
@@ -168,6 +183,7 @@ def _product_body(weight, weight2, vector, seed, *, name, letter, binary, mm, pr
 
 
 def _dense(name, letter, first, second, prob, seed, shape, transpose, corder, backend):
+    _readable_weights(name, _WEIGHT_ARGS[letter], (first, second))
     static = dict(name=name, letter=letter, prob=_prob(name, prob), shape=_shape2(name, shape), transpose=transpose,
                   corder=corder, backend=backend)
     return run_fused(_dense_body, (first, second, _drawn_seed(name, seed)), static)
@@ -391,6 +407,7 @@ class JITCMatrix(DataRepresentation):
     _letter = "s"
     _columns = False  # the C classes
     _nparams = 1
+    _param_names = ("weight",)  # BrainEvent's attribute names, in messages
 
     def __init__(self, *args, shape, corder: bool = False, backend: Optional[str] = None, buffers: Any = None):
         if len(args) == 1 and isinstance(args[0], (tuple, list)):
@@ -400,6 +417,7 @@ class JITCMatrix(DataRepresentation):
             what = "(weight, prob, seed)" if n == 1 else "(w_low, w_high, prob, seed) / (w_loc, w_scale, prob, seed)"
             raise EventShapeError(f"{type(self).__name__}: expected the arguments {what}; got {len(args)} values")
         weights, prob, seed = args[:n], args[n], args[n + 1]
+        _readable_weights(type(self).__name__, self._param_names, weights)
         if seed is None:
             seed = np.random.randint(0, 10 ** 8)
         self._set(tuple(weights) + (seed,), _prob(type(self).__name__, prob), shape, corder, backend)
@@ -601,6 +619,11 @@ class JITCMatrix(DataRepresentation):
         """
         if len(weights) == 1 and self._nparams > 1 and isinstance(weights[0], tuple):
             weights = weights[0]
+        name = f"{type(self).__name__}.with_data"
+        if len(weights) != self._nparams:
+            raise EventShapeError(f"{name}: expected {self._nparams} weight parameter(s) "
+                                  f"({', '.join(self._param_names)}); got {len(weights)}")
+        _readable_weights(name, self._param_names, weights)
         return type(self).tree_unflatten((self.prob, self.shape, self.corder, self.backend),
                                          tuple(weights) + (self.seed, self.buffers))
 
@@ -756,6 +779,7 @@ class JITCUniformMatrix(JITCMatrix):
 
     _letter = "u"
     _nparams = 2
+    _param_names = ("wlow", "whigh")
 
     wlow = property(lambda self: self.weights[0], doc="The weights' lower bound (BrainEvent's name).")
     whigh = property(lambda self: self.weights[1], doc="The weights' upper bound (BrainEvent's name).")
@@ -802,6 +826,7 @@ class JITCNormalMatrix(JITCMatrix):
 
     _letter = "n"
     _nparams = 2
+    _param_names = ("wloc", "wscale")
 
     wloc = property(lambda self: self.weights[0], doc="The weights' mean (BrainEvent's name).")
     wscale = property(lambda self: self.weights[1], doc="The weights' standard deviation (BrainEvent's name).")
