@@ -300,6 +300,13 @@ def test_normalize_tokens():
         ["arg", "ret", "attr.alpha:float32", "stream", "arg", "attr.n"]
     with pytest.raises(xlakern.SpecError, match="unknown token 'output'"):
         xlakern.normalize_tokens(["arg", "output"])
+    # a string is not a list of tokens (its letters would each be read as one), nor is None or a number
+    with pytest.raises(xlakern.SpecError, match=r"list of token strings; got str; .* pass 'arg ret'\.split\(\)"):
+        xlakern.normalize_tokens("arg ret")
+    for bad, message in ((None, "got NoneType"), (["arg", None], "token None is a NoneType"), ([3], "token 3 is a int")):
+        with pytest.raises(xlakern.SpecError, match=message):
+            xlakern.normalize_tokens(bad)
+    assert xlakern.normalize_tokens(tuple("args rets".split())) == ["arg", "ret"]
 
 
 def test_register_ffi_target_gives_an_entry_point_a_second_name(rng, on_cpu):

@@ -392,6 +392,9 @@ def parse_tokens(tokens: Iterable[str], where: str) -> list[tuple[str, str | Non
     """Parse arg_spec tokens into (kind, attr name, attr type or None)."""
     parsed = []
     for tok in tokens:
+        if not isinstance(tok, str):
+            raise SpecError(f"{where}: token {tok!r:.40} is a {type(tok).__name__}; tokens are strings such as "
+                            f"'arg', 'ret' or 'attr.alpha:float32'")
         t = tok.strip()
         if t in ("arg", "args"):
             parsed.append(("arg", None, None))
@@ -424,6 +427,9 @@ def normalize_tokens(tokens: Iterable[str]) -> list[str]:
         xlakern.normalize_tokens(["args", "rets", "attrs.alpha:float32", "ctx.stream"])
         # ['arg', 'ret', 'attr.alpha:float32', 'stream']
     """
+    if isinstance(tokens, str) or not isinstance(tokens, Iterable):
+        hint = f"; for a spec written as one string pass {tokens!r:.40}.split()" if isinstance(tokens, str) else ""
+        raise SpecError(f"normalize_tokens: tokens must be a list of token strings; got {type(tokens).__name__}{hint}")
     tokens = list(tokens)
     out = []
     for (kind, name, typ) in parse_tokens(tokens, "normalize_tokens"):
