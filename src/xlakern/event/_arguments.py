@@ -28,10 +28,20 @@ def refused_value(who: str, arg: str, value: Any) -> Optional[EventDTypeError]:
     if isinstance(value, (str, bytes, dict, set)):
         return EventDTypeError(f"{who}: {arg} is a {type(value).__name__} ({value!r:.40}); expected a number or "
                                f"an array")
-    bits = 64 if jax.config.jax_enable_x64 else 32
-    if type(value) is int and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-        return EventDTypeError(f"{who}: {arg} is the Python int {value}, wider than JAX's {bits}-bit integers; "
-                               f"pass a smaller number or an array")
+    if type(value) is int:
+        bits = 64 if jax.config.jax_enable_x64 else 32
+        if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            return EventDTypeError(f"{who}: {arg} is the Python int {value}, wider than JAX's {bits}-bit integers; "
+                                   f"pass a smaller number or an array")
+    return None
+
+
+def first_refused(who: str, named_values) -> Optional[EventDTypeError]:
+    """refused_value for the first of ``(arg, value)`` pairs that no array can be made of; None if none."""
+    for arg, value in named_values:
+        refused = refused_value(who, arg, value)
+        if refused is not None:
+            return refused
     return None
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._compat import Tracer, jit_placement_key, trace_state_clean
 from ..errors import XlakernError
-from ._arguments import refused_value
+from ._arguments import first_refused
 from ._errors import EventDTypeError
 
 # Values jit takes as they are; anything else (a list, a string, an object) goes the plain way, so the
@@ -110,12 +110,7 @@ def _unreadable_argument(impl: Callable, dynamic: tuple, static: dict, error: Ex
         if nones:
             return EventDTypeError(f"{name}: {' and '.join(nones)} {'is' if len(nones) == 1 else 'are'} None; "
                                    f"expected an array")
-    for arg, value in zip(params, dynamic):
-        if value is not None:
-            refused = refused_value(name, arg, value)
-            if refused is not None:
-                return refused
-    return None
+    return first_refused(name, ((arg, value) for arg, value in zip(params, dynamic) if value is not None))
 
 
 def _run(impl: Callable, dynamic: tuple, static: dict) -> Any:

@@ -29,7 +29,7 @@ from jax.tree_util import register_pytree_node_class
 
 from . import _jitc_kernels as JK
 from . import _units
-from ._arguments import refused_value
+from ._arguments import first_refused
 from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, EventOperandError, EventShapeError,
                       EventUnitError, UnsupportedOperationError)
 from ._events import EventRepresentation
@@ -140,10 +140,9 @@ _WEIGHT_ARGS = {"s": ("weight",), "u": ("w_low", "w_high"), "n": ("w_loc", "w_sc
 def _readable_weights(name: str, names: tuple, weights: tuple) -> None:
     """Refuses, naming it, a weight parameter no array can be made of (None, a string, ...): the
     bodies' own check names their internal parameters and takes a None second one for a scalar matrix."""
-    for arg, value in zip(names, weights):
-        refused = refused_value(name, arg, value)
-        if refused is not None:
-            raise refused
+    refused = first_refused(name, zip(names, weights))
+    if refused is not None:
+        raise refused
 
 
 def _product(name, letter, binary, mm, first, second, prob, vector, seed, shape, transpose, corder, backend):
