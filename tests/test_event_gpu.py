@@ -689,7 +689,12 @@ GATHER_KNOBS = ({}, {"XLAKERN_JITC_GATHER_LANES": "1"}, {"XLAKERN_JITC_GATHER_LA
                 {"XLAKERN_JITC_GATHER_LANES": "1", "XLAKERN_JITC_GATHER_SKIPS": "2"},
                 {"XLAKERN_JITC_GATHER_LANES": "8", "XLAKERN_JITC_GATHER_SKIPS": "2"},
                 {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "1", "XLAKERN_JITC_GATHER_SKIPS": "2"},
-                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "2"})
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "2"},
+                # the table's short end in a 512-thread block, the rest in global memory (predicated loads);
+                # and the wide gather's (1,024 threads, the rest behind a branch), which long tables take
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "1"},
+                {"XLAKERN_JITC_GATHER_LANES": "8", "XLAKERN_JITC_GATHER_SKIPS": "3"},
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "3"})
 SCATTER_KNOBS = (({},) + tuple({"XLAKERN_JITC_SCATTER_DRAWS": d} for d in ("32", "128", "512", "1024")) +
                  # a block per row, and 256 rows a block (a team walking many active rows in turn)
                  tuple({"XLAKERN_JITC_SCATTER_DRAWS": d, "XLAKERN_JITC_SCATTER_ROWS": r}
@@ -768,20 +773,23 @@ def test_jitc_gpu_mv_gather_too_long_for_int32_sums_takes_the_int64_walk(monkeyp
 
 WIDE_KNOBS = ({}, {"XLAKERN_SPIKE_SUMMARY": "1"}, {"XLAKERN_JITC_GATHER_SKIPS": "1"},
               {"XLAKERN_JITC_GATHER_SKIPS": "2"}, {"XLAKERN_JITC_GATHER_SKIPS": "2", "XLAKERN_SPIKE_SUMMARY": "2"},
-              {"XLAKERN_JITC_GATHER_SKIPS": "1", "XLAKERN_SPIKE_SUMMARY": "1"})
+              {"XLAKERN_JITC_GATHER_SKIPS": "1", "XLAKERN_SPIKE_SUMMARY": "1"}, {"XLAKERN_JITC_GATHER_SKIPS": "3"},
+              {"XLAKERN_JITC_GATHER_SKIPS": "3", "XLAKERN_SPIKE_SUMMARY": "1"})
 
 
 @pytest.mark.parametrize("letter", "sun")
 @pytest.mark.parametrize("shape,prob,rate", [((300, 1_200_007), 2e-4, 0.05), ((200, 4_000_037), 2e-5, 0.01),
-                                             ((300, 800_009), 1e-4, 0.01)])
+                                             ((300, 800_009), 1e-4, 0.01), ((150, 4_000_037), 2.5e-4, 0.01)])
 def test_jitc_gpu_wide_binary_gather_matches_the_cpu(letter, shape, prob, rate, monkeypatch):
     """Binary spikes over more columns than shared memory holds as bits (1.2M, 4M): the mv gather reads
     them from global memory, behind their summary in shared memory. At 1.2M columns (~240 synapses a
     row) the table's short end serves most skips; at 4M (~80 a row, a 1.1M-entry table) it would miss
     most of them, so the gather decides skips in double precision (ExactSkip). At 800k columns the bits
     fit shared memory but leave the table little room, so ExactSkip is taken and its powers push the
-    bits out to global memory. Every path, forced through the knobs, equals the CPU's product (float32
-    sums, so to rounding)."""
+    bits out to global memory. At 4M columns and ~1,000 synapses a row (an 89k-entry table) the wide
+    gather (a 1,024-thread block an SM) holds half the table beside the summary, and its rare longer
+    skips read the rest in global memory. Every path, forced through the knobs, equals the CPU's product
+    (float32 sums, so to rounding)."""
     cpu, gpu = jax.devices("cpu")[0], jax.devices("gpu")[0]
     rng = np.random.default_rng()
     seed = int(rng.integers(0, 2**31))

@@ -34,10 +34,10 @@ MAX_SKIP_TABLE = 1 << 25  # entries; sets the smallest supported prob (about 6.6
 
 # The compiled kernels: built once per machine, then served from xlakern's cache.
 cpu_module = operand_module("jitc_cpu.cc")
-# The CUDA module is five translation units that compile side by side (kernels/jitc_cuda.cuh): a first
+# The CUDA module is six translation units that compile side by side (kernels/jitc_cuda.cuh): a first
 # product waits on the slowest (6 s of nvcc on 2 cores) instead of one file of every kernel (12-14 s).
 JITC_CUDA_SOURCES = ("jitc_cuda.cu", "jitc_cuda_scatter.cu", "jitc_cuda_mv_shared.cu", "jitc_cuda_mv_part.cu",
-                     "jitc_cuda_mv_exact.cu")
+                     "jitc_cuda_mv_exact.cu", "jitc_cuda_mv_wide.cu")
 cuda_module = operand_module(*JITC_CUDA_SOURCES)
 
 

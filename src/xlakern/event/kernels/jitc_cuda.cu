@@ -142,13 +142,29 @@ constexpr int32_t kExactCached = 64;
 // 4-8% faster; at 4M, 58-79% missed, ExactSkip 2.6x).
 constexpr double kExactMiss = 0.25;
 
+// Shared memory a wide mv gather block (one an SM) asks for: all that the GPU lets a block opt in to, 0
+// where that is no more than mv_shared_budget's (no wide gather there).
+int64_t mv_wide_budget() {
+  static const int64_t budget = [] {
+    const int64_t want = gpu_limits().smem_optin;
+    if (want <= mv_shared_budget()) return int64_t(0);
+    if (cudaFuncSetAttribute(shared_memory_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(want)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return int64_t(0);
+    }
+    return want;
+  }();
+  return budget;
+}
+
 // What the mv gather keeps in shared memory: binary spikes as a bitmask where it fits beside
 // kMvMinTable entries of the table, else as bits in `scratch` with their summary in shared memory
 // where that fits; the rest holds the table's short end. Where that short end would miss more than
 // kExactMiss of the draws, the walk takes ExactSkip (it needs log_keep = ln(1 - p) < 0; 0 means not
-// known). XLAKERN_JITC_GATHER_SKIPS = 1 forces the table, 2 ExactSkip.
+// known). With `wide`, the plan is the wide gather's (kTableWide, whatever its short end misses).
+// XLAKERN_JITC_GATHER_SKIPS = 1 forces the table, 2 ExactSkip, 3 the wide gather (where the GPU has room).
 template <bool Binary>
-MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double log_keep) {
+MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double log_keep, bool wide) {
   MvPlan plan;
   const int64_t ext = g.ntable + 2, min_table = std::min<int64_t>(ext, kMvMinTable);
   // binary spikes as bits in global memory, with their summary in shared memory where `room` words hold it
@@ -166,6 +182,10 @@ MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double
   }
   plan.cached = int32_t(std::min<int64_t>(ext, budget / 4 - plan.bits - plan.summary_words));
   plan.skips = plan.cached == ext ? kTableShared : kTablePart;
+  if (wide) {
+    plan.skips = kTableWide;
+    return plan;
+  }
   const int choice = forced_choice("XLAKERN_JITC_GATHER_SKIPS", {1, 2});
   const bool misses = plan.cached < ext && std::exp(log_keep * double(plan.cached - 1)) > kExactMiss;
   if (log_keep < 0.0 && (choice == 2 || (choice == 0 && misses))) {
@@ -181,12 +201,24 @@ MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double
 
 // The mv gather: planned here, launched by the unit of the plan's MvSkips.
 void launch_gather_mv(const Product& p, int lanes, int rounds, SpikeScratch scratch, double log_keep) {
-  const int64_t budget = mv_shared_budget();
-  const MvPlan plan = p.binary ? plan_gather_mv<true>(p.g, budget, scratch, log_keep)
-                               : plan_gather_mv<false>(p.g, budget, scratch, log_keep);
+  int64_t budget = mv_shared_budget();
+  auto plan_for = [&](int64_t bytes, bool wide) {
+    return p.binary ? plan_gather_mv<true>(p.g, bytes, scratch, log_keep, wide)
+                    : plan_gather_mv<false>(p.g, bytes, scratch, log_keep, wide);
+  };
+  MvPlan plan = plan_for(budget, false);
+  const int choice = forced_choice("XLAKERN_JITC_GATHER_SKIPS", {1, 2, 3});
+  // where the table's short end is all a 512-thread block holds, the wide gather holds more of it (on an
+  // H100 it was 18-31% faster wherever measured, from 2.5e-5 to 43% of its draws missed: bench/RESULTS.md,
+  // session 82); ExactSkip stays where the table would miss most draws
+  if ((choice == 3 || (choice == 0 && plan.skips == kTablePart)) && mv_wide_budget() > 0) {
+    plan = plan_for(mv_wide_budget(), true);
+    budget = mv_wide_budget();
+  }
   switch (plan.skips) {
     case kTableShared: launch_gather_mv_planned<kTableShared>(p, lanes, rounds, plan, budget, log_keep); break;
     case kTablePart: launch_gather_mv_planned<kTablePart>(p, lanes, rounds, plan, budget, log_keep); break;
+    case kTableWide: launch_gather_mv_planned<kTableWide>(p, lanes, rounds, plan, budget, log_keep); break;
     default: launch_gather_mv_planned<kExact>(p, lanes, rounds, plan, budget, log_keep); break;
   }
 }

@@ -10,9 +10,12 @@
 //            (G = 1 adds in the CPU's order.) One spike column (mv) takes gather_mv_kernel:
 //            resident blocks with the table's short end and binary spikes as bits in shared memory
 //            (in the call's scratch output where too wide, behind their summary in shared memory),
-//            runs of 4 draws a lane on long rows, and a weight drawn only for an active spike. Where
-//            the table's short end would miss many draws (tables of ~100k entries and more), skips
-//            are decided in double precision instead (ExactSkip: the same skips, table-free).
+//            runs of 4 draws a lane on long rows, and a weight drawn only for an active spike. A table
+//            too long for a 512-thread block's share takes the wide gather: one 1,024-thread block an
+//            SM with all the shared memory a block may opt in to, twice the short end, and the longer
+//            skips found in global memory behind a branch. Where even that short end would miss many
+//            draws (tables of ~100k entries and more), skips are decided in double precision instead
+//            (ExactSkip: the same skips, table-free).
 //   scatter  a block per few generated rows lists those with an active spike in the chunk; teams
 //            of 1, 4 or 8 warps walk them (walk_row_team: a team round is about one expected row),
 //            each lane atomicAdd-ing its synapse into the output (zeroed first here). Rows with no
@@ -21,10 +24,10 @@
 //   _GATHER_SKIPS, _SCATTER_DRAWS, _SCATTER_ROWS, and XLAKERN_SPIKE_SUMMARY), to time the paths
 //   against each other and to test every one.
 //   dense    one thread per generated row writes its row of G (the row is zeroed first).
-// The module is five translation units, which xlakern's builder compiles side by side (one file of every
+// The module is six translation units, which xlakern's builder compiles side by side (one file of every
 // kernel took 12 s of nvcc on 2 cores, most of it the mv gather's 12 instances): jitc_cuda.cu (the entry
 // points, the mv gather's plan, the mm gather, dense), jitc_cuda_scatter.cu, and the mv gather by its
-// way of finding skips, jitc_cuda_mv_{shared,part,exact}.cu (its kernel: jitc_cuda_gather_mv.cuh). This
+// way of finding skips, jitc_cuda_mv_{shared,part,exact,wide}.cu (its kernel: jitc_cuda_gather_mv.cuh). This
 // header holds what they share: the walks over a row, the skips, and the launch interfaces between them.
 
 #pragma once
@@ -116,7 +119,10 @@ __device__ inline int32_t table_skip(const ExtTable<AllShared>& ext, uint32_t h,
 // skip_of (jitc_common.h) through an ExtTable, in three steps: the same estimate (guess), the same two
 // comparisons (right; made unconditional by the sentinels), and the same correction where the estimate
 // was off (correct; rare).
-template <bool AllShared>
+// MissBranches (the wide gather, where the short end serves all but ~1e-4 of the draws): `right` reads
+// shared memory only and fails a draw past the short end, which `correct` then finds in global memory
+// behind a branch that few rounds take, instead of a global load predicated into every draw.
+template <bool AllShared, bool MissBranches = false>
 struct ExtSkip {
   ExtTable<AllShared> ext;
   float scale;  // ln 2 / ln(1 - p): the estimate's factor on the base-2 log
@@ -129,8 +135,17 @@ struct ExtSkip {
   }
   __device__ __forceinline__ bool right(uint32_t h, int32_t skip) const {
     uint32_t below, above;  // ext(j) = T_{c+1} and ext(j + 1) = T_c, c = skip - 1
-    ext.pair(ext.m - skip + 1, below, above);
-    return (below <= h) & (h < above);
+    const int32_t j = ext.m - skip + 1;
+    if constexpr (MissBranches) {
+      // j <= m, so j - lo + 1 <= cached - 1 stays inside the short end; below it, read its first entries
+      const uint32_t* at = ext.shared + max(j - ext.lo, 0);
+      below = at[0];
+      above = at[1];
+      return (j >= ext.lo) & (below <= h) & (h < above);
+    } else {
+      ext.pair(j, below, above);
+      return (below <= h) & (h < above);
+    }
   }
   __device__ __forceinline__ int32_t correct(uint32_t h, int32_t skip) const { return table_skip(ext, h, skip); }
 };
@@ -394,11 +409,17 @@ inline double expected_row(int64_t ntable, int64_t gcols) {
   return double(gcols) * p;
 }
 
-constexpr int kMvThreads = 512;  // the mv gather's block
+constexpr int kMvThreads = 512;  // the mv gather's block (two an SM)
+constexpr int kMvWideThreads = 1024;  // the wide mv gather's (one an SM, with all its shared memory)
 
 // How the mv gather finds a skip: the table wholly in shared memory, its short end there (the rest in
-// global memory), or ExactSkip (the table only for draws too close to call).
-enum MvSkips : int { kTableShared = 0, kTablePart = 1, kExact = 2 };
+// global memory), ExactSkip (the table only for draws too close to call), or the short end of the
+// wide gather, which holds twice the entries in a block of twice the threads and finds the rest behind
+// a branch (ExtSkip's MissBranches).
+enum MvSkips : int { kTableShared = 0, kTablePart = 1, kExact = 2, kTableWide = 3 };
+
+// A block's threads in the mv gather that finds skips the `Skips` way.
+__host__ __device__ constexpr int mv_threads(int skips) { return skips == kTableWide ? kMvWideThreads : kMvThreads; }
 
 // What launch_gather_mv decided to put in a block's shared memory, and how the walk finds skips.
 struct MvPlan {

@@ -8,7 +8,7 @@
 namespace xk_jitc_cuda {
 
 // gather_mv_kernel's rows, once shared memory is filled: each group of G lanes walks its rows with `skip`.
-template <int G, int U, typename Skip, typename A, typename S, bool Binary>
+template <int Threads, int G, int U, typename Skip, typename A, typename S, bool Binary>
 __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* params, const A* q, const S* spk, A* out,
                                       SpikeRule<S, Binary> rule, const uint32_t* mask, int64_t bits,
                                       const uint32_t* __restrict__ global_bits, int32_t summary_words) {
@@ -16,8 +16,8 @@ __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* p
   const Weights<A> wt(params, g.kind, q);
   const uint32_t seed = *g.seed;
   const int32_t gcols = int32_t(g.gcols);
-  const int32_t groups = int32_t(gridDim.x) * (kMvThreads / G);
-  for (int32_t r = int32_t((blockIdx.x * kMvThreads + threadIdx.x) / G); r < int32_t(g.grows); r += groups) {
+  const int32_t groups = int32_t(gridDim.x) * (Threads / G);
+  for (int32_t r = int32_t((blockIdx.x * Threads + threadIdx.x) / G); r < int32_t(g.grows); r += groups) {
     const uint32_t key = row_key(seed, uint32_t(r));
     A acc = A(0);
     // U draws at once: runs of U a lane (G = 32), which place a round's 32 U draws with one scan
@@ -63,7 +63,7 @@ __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* p
 // (the launcher checks they fit), and every draw's cost is counted: this walk is the whole kernel, and
 // at K = 1,000 it is bound by instructions issued.
 template <int G, int U, int Skips, typename A, typename S, bool Binary>
-__global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
+__global__ void __launch_bounds__(mv_threads(Skips)) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
                                                                A* out, SpikeRule<S, Binary> rule, int32_t cached,
                                                                int64_t bits, const uint32_t* __restrict__ global_bits,
                                                                const uint32_t* __restrict__ global_summary,
@@ -78,12 +78,13 @@ __global__ void __launch_bounds__(kMvThreads) gather_mv_kernel(Gen g, const A* p
     for (int32_t w = threadIdx.x; w < summary_words; w += blockDim.x) mask[w] = global_summary[w];
   }
   __syncthreads();
+  constexpr int T = mv_threads(Skips);
   if constexpr (Skips == kExact)
-    gather_mv_rows<G, U>(g, ExactSkip::of(ext, pw, log_keep), params, q, spk, out, rule, mask, bits, global_bits,
-                         summary_words);
+    gather_mv_rows<T, G, U>(g, ExactSkip::of(ext, pw, log_keep), params, q, spk, out, rule, mask, bits, global_bits,
+                            summary_words);
   else
-    gather_mv_rows<G, U>(g, ExtSkip<Skips == kTableShared>{ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)},
-                         params, q, spk, out, rule, mask, bits, global_bits, summary_words);
+    gather_mv_rows<T, G, U>(g, ExtSkip<Skips == kTableShared, Skips == kTableWide>{ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)},
+                            params, q, spk, out, rule, mask, bits, global_bits, summary_words);
 }
 
 // Launches gather_mv_kernel<G, U> as planned, with as many resident blocks as fit the GPU (no more than
@@ -99,12 +100,13 @@ void launch_gather_mv_as(const Gen& g, const A* p, const A* q, const S* v, A* o,
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(budget)) != cudaSuccess) {
     (void)cudaGetLastError();  // mv_shared_budget asked already; a refusal shows as the launch error
   }
+  constexpr int threads = mv_threads(Skips);
   const int64_t pow_words = Skips == kExact ? 2 * kPowDoubles : 0;
   size_t smem = size_t(pow_words + plan.cached + plan.bits + plan.summary_words) * 4;
-  int per_sm = resident_blocks_per_sm(kernel, kMvThreads, smem);
+  int per_sm = resident_blocks_per_sm(kernel, threads, smem);
   if (Skips == kExact && plan.summary_words > 0 && forced_choice("XLAKERN_SPIKE_SUMMARY", {2}) == 0) {
     const size_t bare = size_t(pow_words + plan.cached + plan.bits) * 4;
-    const int bare_per_sm = resident_blocks_per_sm(kernel, kMvThreads, bare);
+    const int bare_per_sm = resident_blocks_per_sm(kernel, threads, bare);
     if (bare_per_sm > per_sm) {
       plan.summary_words = 0;
       plan.global_summary = nullptr;
@@ -112,13 +114,13 @@ void launch_gather_mv_as(const Gen& g, const A* p, const A* q, const S* v, A* o,
       per_sm = bare_per_sm;
     }
   }
-  const int64_t want = (g.grows * G + kMvThreads - 1) / kMvThreads;
+  const int64_t want = (g.grows * G + threads - 1) / threads;
   const int blocks = int(std::min<int64_t>(want, int64_t(gpu_limits().sms) * per_sm));
   if constexpr (Binary) {
     if (plan.global_bits != nullptr)
       pack_bits(v, g.gcols, rule, plan.global_bits, plan.global_summary, st);
   }
-  kernel<<<blocks, kMvThreads, smem, st>>>(g, p, q, v, o, rule, plan.cached, plan.bits, plan.global_bits,
+  kernel<<<blocks, threads, smem, st>>>(g, p, q, v, o, rule, plan.cached, plan.bits, plan.global_bits,
                                            plan.global_summary, plan.summary_words, log_keep);
 }
 
