@@ -63,11 +63,10 @@ __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* p
 // (the launcher checks they fit), and every draw's cost is counted: this walk is the whole kernel, and
 // at K = 1,000 it is bound by instructions issued.
 template <int G, int U, int Skips, typename A, typename S, bool Binary>
-__global__ void __launch_bounds__(mv_threads(Skips)) gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk,
-                                                               A* out, SpikeRule<S, Binary> rule, int32_t cached,
-                                                               int64_t bits, const uint32_t* __restrict__ global_bits,
-                                                               const uint32_t* __restrict__ global_summary,
-                                                               int32_t summary_words, double log_keep) {
+__global__ void __launch_bounds__(mv_threads(Skips))
+    gather_mv_kernel(Gen g, const A* params, const A* q, const S* spk, A* out, SpikeRule<S, Binary> rule, int32_t cached,
+                     int64_t bits, const uint32_t* __restrict__ global_bits,
+                     const uint32_t* __restrict__ global_summary, int32_t summary_words, double log_keep) {
   extern __shared__ __align__(16) uint32_t smem[];
   constexpr int pow_words = Skips == kExact ? 2 * kPowDoubles : 0;  // ExactSkip's powers come first
   const auto ext = cache_ext_table<Skips == kTableShared>(g, smem + pow_words, cached);
@@ -83,7 +82,9 @@ __global__ void __launch_bounds__(mv_threads(Skips)) gather_mv_kernel(Gen g, con
     gather_mv_rows<T, G, U>(g, ExactSkip::of(ext, pw, log_keep), params, q, spk, out, rule, mask, bits, global_bits,
                             summary_words);
   else
-    gather_mv_rows<T, G, U>(g, ExtSkip<Skips == kTableShared, Skips == kTableWide>{ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)},
+    gather_mv_rows<T, G, U>(g,
+                            ExtSkip<Skips == kTableShared, Skips == kTableWide>{
+                                ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)},
                             params, q, spk, out, rule, mask, bits, global_bits, summary_words);
 }
 
