@@ -119,17 +119,21 @@ bool mv_fits_int32(const Gen& g, int U, int G) {
 // shared memory (the mv gather's kernels hold no static shared memory either, so they take the same).
 __global__ void shared_memory_probe_kernel() {}
 
+// Whether the runtime lets a kernel opt in to `bytes` of dynamic shared memory (the error of a refusal cleared).
+bool may_opt_in(int64_t bytes) {
+  if (cudaFuncSetAttribute(shared_memory_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) ==
+      cudaSuccess)
+    return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
 // Shared memory the mv gather may ask for: kMvSharedBudget where the GPU lets a kernel opt in to it, else
 // the default 48 KiB.
 int64_t mv_shared_budget() {
   static const int64_t budget = [] {
     const int64_t want = std::min<int64_t>(gpu_limits().smem_optin, kMvSharedBudget);
-    if (want <= 48 * 1024) return int64_t(48 * 1024);
-    if (cudaFuncSetAttribute(shared_memory_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(want)) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return int64_t(48 * 1024);
-    }
-    return want;
+    return want > 48 * 1024 && may_opt_in(want) ? want : int64_t(48 * 1024);
   }();
   return budget;
 }
@@ -147,12 +151,7 @@ constexpr double kExactMiss = 0.25;
 int64_t mv_wide_budget() {
   static const int64_t budget = [] {
     const int64_t want = gpu_limits().smem_optin;
-    if (want <= mv_shared_budget()) return int64_t(0);
-    if (cudaFuncSetAttribute(shared_memory_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(want)) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return int64_t(0);
-    }
-    return want;
+    return want > mv_shared_budget() && may_opt_in(want) ? want : int64_t(0);
   }();
   return budget;
 }
@@ -162,9 +161,10 @@ int64_t mv_wide_budget() {
 // where that fits; the rest holds the table's short end. Where that short end would miss more than
 // kExactMiss of the draws, the walk takes ExactSkip (it needs log_keep = ln(1 - p) < 0; 0 means not
 // known). With `wide`, the plan is the wide gather's (kTableWide, whatever its short end misses).
-// XLAKERN_JITC_GATHER_SKIPS = 1 forces the table, 2 ExactSkip, 3 the wide gather (where the GPU has room).
+// `choice` is XLAKERN_JITC_GATHER_SKIPS: 1 forces the table, 2 ExactSkip, 3 the wide gather (where the GPU
+// has room; elsewhere as 0, the plan's own choice).
 template <bool Binary>
-MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double log_keep, bool wide) {
+MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double log_keep, bool wide, int choice) {
   MvPlan plan;
   const int64_t ext = g.ntable + 2, min_table = std::min<int64_t>(ext, kMvMinTable);
   // binary spikes as bits in global memory, with their summary in shared memory where `room` words hold it
@@ -186,9 +186,8 @@ MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double
     plan.skips = kTableWide;
     return plan;
   }
-  const int choice = forced_choice("XLAKERN_JITC_GATHER_SKIPS", {1, 2});
   const bool misses = plan.cached < ext && std::exp(log_keep * double(plan.cached - 1)) > kExactMiss;
-  if (log_keep < 0.0 && (choice == 2 || (choice == 0 && misses))) {
+  if (log_keep < 0.0 && (choice == 2 || (choice != 1 && misses))) {
     plan.skips = kExact;
     plan.cached = int32_t(std::min<int64_t>(ext, kExactCached));
     // the powers take room the table had: a bitmask that no longer fits beside them goes to global memory
@@ -201,19 +200,20 @@ MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double
 
 // The mv gather: planned here, launched by the unit of the plan's MvSkips.
 void launch_gather_mv(const Product& p, int lanes, int rounds, SpikeScratch scratch, double log_keep) {
-  int64_t budget = mv_shared_budget();
-  auto plan_for = [&](int64_t bytes, bool wide) {
-    return p.binary ? plan_gather_mv<true>(p.g, bytes, scratch, log_keep, wide)
-                    : plan_gather_mv<false>(p.g, bytes, scratch, log_keep, wide);
-  };
-  MvPlan plan = plan_for(budget, false);
   const int choice = forced_choice("XLAKERN_JITC_GATHER_SKIPS", {1, 2, 3});
+  auto plan_for = [&](int64_t bytes, bool wide) {
+    return p.binary ? plan_gather_mv<true>(p.g, bytes, scratch, log_keep, wide, choice)
+                    : plan_gather_mv<false>(p.g, bytes, scratch, log_keep, wide, choice);
+  };
+  int64_t budget = mv_shared_budget();
+  MvPlan plan = plan_for(budget, false);
+  const int64_t wide_budget = mv_wide_budget();
   // where the table's short end is all a 512-thread block holds, the wide gather holds more of it (on an
   // H100 it was 18-31% faster wherever measured, from 2.5e-5 to 43% of its draws missed: bench/RESULTS.md,
   // session 82); ExactSkip stays where the table would miss most draws
-  if ((choice == 3 || (choice == 0 && plan.skips == kTablePart)) && mv_wide_budget() > 0) {
-    plan = plan_for(mv_wide_budget(), true);
-    budget = mv_wide_budget();
+  if ((choice == 3 || (choice == 0 && plan.skips == kTablePart)) && wide_budget > 0) {
+    budget = wide_budget;
+    plan = plan_for(budget, true);
   }
   switch (plan.skips) {
     case kTableShared: launch_gather_mv_planned<kTableShared>(p, lanes, rounds, plan, budget, log_keep); break;
