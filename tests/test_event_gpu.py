@@ -694,7 +694,10 @@ GATHER_KNOBS = ({}, {"XLAKERN_JITC_GATHER_LANES": "1"}, {"XLAKERN_JITC_GATHER_LA
                 # and the wide gather's (1,024 threads, the rest behind a branch), which long tables take
                 {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "1"},
                 {"XLAKERN_JITC_GATHER_LANES": "8", "XLAKERN_JITC_GATHER_SKIPS": "3"},
-                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "3"})
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "3"},
+                # every table with two look-ups a draw (ExtSkip), as one without its ln(1 - p) takes
+                {"XLAKERN_JITC_GATHER_LANES": "1", "XLAKERN_JITC_GATHER_SKIPS": "4"},
+                {"XLAKERN_JITC_GATHER_LANES": "32", "XLAKERN_JITC_GATHER_ROUNDS": "4", "XLAKERN_JITC_GATHER_SKIPS": "4"})
 SCATTER_KNOBS = (({},) + tuple({"XLAKERN_JITC_SCATTER_DRAWS": d} for d in ("32", "128", "512", "1024")) +
                  # a block per row, and 256 rows a block (a team walking many active rows in turn)
                  tuple({"XLAKERN_JITC_SCATTER_DRAWS": d, "XLAKERN_JITC_SCATTER_ROWS": r}
@@ -774,7 +777,7 @@ def test_jitc_gpu_mv_gather_too_long_for_int32_sums_takes_the_int64_walk(monkeyp
 WIDE_KNOBS = ({}, {"XLAKERN_SPIKE_SUMMARY": "1"}, {"XLAKERN_JITC_GATHER_SKIPS": "1"},
               {"XLAKERN_JITC_GATHER_SKIPS": "2"}, {"XLAKERN_JITC_GATHER_SKIPS": "2", "XLAKERN_SPIKE_SUMMARY": "2"},
               {"XLAKERN_JITC_GATHER_SKIPS": "1", "XLAKERN_SPIKE_SUMMARY": "1"}, {"XLAKERN_JITC_GATHER_SKIPS": "3"},
-              {"XLAKERN_JITC_GATHER_SKIPS": "3", "XLAKERN_SPIKE_SUMMARY": "1"})
+              {"XLAKERN_JITC_GATHER_SKIPS": "3", "XLAKERN_SPIKE_SUMMARY": "1"}, {"XLAKERN_JITC_GATHER_SKIPS": "4"})
 
 
 @pytest.mark.parametrize("letter", "sun")
@@ -837,3 +840,44 @@ def test_jitc_gpu_exact_skips_equal_the_tables(prob):
             got = np.asarray(got)
             bad = np.flatnonzero(got != want)
             assert bad.size == 0, (use_table, h[bad[:5]], got[bad[:5]], want[bad[:5]])
+
+
+@pytest.mark.parametrize("prob", [0.9, 0.5, 0.3, 0.05, 0.01, 2.5e-3, 1e-3, 2.5e-4, 1e-4, 8.47e-5, "random"])
+def test_jitc_gpu_near_skips_equal_the_tables_for_every_hash(prob):
+    """NearSkip (the mv gather's skip from one look-up, kernels/jitc_cuda.cuh) against the table, for
+    every one of the 2^32 hashes: its rounding bound says the float estimate is within 0.07 of the
+    table's count for tables up to 2^18 entries (prob >= 8.47e-5, the last case here), so an error in
+    that bound, in the nearest integer or in the clamps at either end shows as a mismatch. "random" is a
+    fresh log-uniform prob in that range."""
+    from xlakern.event import _jitc_kernels as JK
+
+    if prob == "random":
+        prob = float(np.exp(np.random.default_rng().uniform(np.log(8.5e-5), np.log(0.99))))
+    table = JK.skip_table(prob)
+    assert 1 <= table.size <= 2**18, table.size
+    ext = np.concatenate([[0], table, [2**32 - 1]]).astype(np.uint32)
+    with jax.default_device(jax.devices("gpu")[0]):
+        got = JK.cuda_module().jitc_near_skip_misses(jnp.asarray(ext), outs=jax.ShapeDtypeStruct((3,), jnp.uint32),
+                                                      log_keep=JK.log_keep(prob), first=0, count=2**32)
+    misses, least, any_missed = (int(v) for v in np.asarray(got))
+    assert any_missed == 0 and misses == 0, (prob, table.size, misses, least)
+
+
+def test_jitc_gpu_near_skip_check_finds_a_wrong_table():
+    """The check above can fail: with one threshold of the table lowered to the next one down (T_k =
+    T_{k+1}), the hashes from T_{k+1} up to about halfway to the old T_k count k - 1 in the table, while
+    NearSkip's estimate rounds to k + 1 and reads T_{k+1}, which says k. The least of them is T_{k+1}."""
+    from xlakern.event import _jitc_kernels as JK
+
+    rng = np.random.default_rng()
+    prob = 2.5e-4
+    table = JK.skip_table(prob).copy()
+    # among thresholds above 2^24, which are thousands apart (the low ones repeat: T_k = T_{k+1} already)
+    i = int(rng.integers(np.searchsorted(table, 2**24) + 1, table.size - 1))
+    table[i] = table[i - 1]
+    ext = np.concatenate([[0], table, [2**32 - 1]]).astype(np.uint32)
+    with jax.default_device(jax.devices("gpu")[0]):
+        got = JK.cuda_module().jitc_near_skip_misses(jnp.asarray(ext), outs=jax.ShapeDtypeStruct((3,), jnp.uint32),
+                                                      log_keep=JK.log_keep(prob), first=0, count=2**32)
+    misses, least, any_missed = (int(v) for v in np.asarray(got))
+    assert any_missed == 1 and misses >= 1 and least == int(table[i - 1]), (misses, least, int(table[i - 1]))

@@ -466,7 +466,7 @@ def test_jitc_cuda_kernels_compile_and_link():
     for name, flags in (("jitc_cuda_units_check", one), ("jitc_cuda_units_every_dtype_check", None)):
         mod = xlakern.load_cuda_dir(KERNEL_DIR, file_patterns=list(JK.JITC_CUDA_SOURCES), name=name,
                                     compute_capability="9.0", extra_cuda_cflags=flags)
-        assert set(mod.functions) == {"jitc_mv", "jitc_dense", "jitc_skips"}
+        assert set(mod.functions) == {"jitc_mv", "jitc_dense", "jitc_skips", "jitc_near_skip_misses"}
         # every symbol bound now (RTLD_NOW), not at a first call on the GPU
         ctypes.CDLL(str(mod.path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
 

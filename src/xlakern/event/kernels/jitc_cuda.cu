@@ -162,7 +162,8 @@ int64_t mv_wide_budget() {
 // kExactMiss of the draws, the walk takes ExactSkip (it needs log_keep = ln(1 - p) < 0; 0 means not
 // known). With `wide`, the plan is the wide gather's (kTableWide, whatever its short end misses).
 // `choice` is XLAKERN_JITC_GATHER_SKIPS: 1 forces the table, 2 ExactSkip, 3 the wide gather (where the GPU
-// has room; elsewhere as 0, the plan's own choice).
+// has room; elsewhere as 0, the plan's own choice), 4 the table with ExtSkip's two look-ups a draw
+// (launch_gather_mv).
 template <bool Binary>
 MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double log_keep, bool wide, int choice) {
   MvPlan plan;
@@ -200,18 +201,23 @@ MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double
 
 // The mv gather: planned here, launched by the unit of the plan's MvSkips.
 void launch_gather_mv(const Product& p, int lanes, int rounds, SpikeScratch scratch, double log_keep) {
-  const int choice = forced_choice("XLAKERN_JITC_GATHER_SKIPS", {1, 2, 3});
+  const int choice = forced_choice("XLAKERN_JITC_GATHER_SKIPS", {1, 2, 3, 4});
   auto plan_for = [&](int64_t bytes, bool wide) {
     return p.binary ? plan_gather_mv<true>(p.g, bytes, scratch, log_keep, wide, choice)
                     : plan_gather_mv<false>(p.g, bytes, scratch, log_keep, wide, choice);
   };
   int64_t budget = mv_shared_budget();
   MvPlan plan = plan_for(budget, false);
+  // NearSkip (kTableShared and kTableWide) needs the float64 L the table was built from, and a table short
+  // enough for its one look-up; a table in shared memory without L takes ExtSkip's two (kTablePart), as
+  // every table does with choice 4
+  const bool near = log_keep < 0.0 && p.g.ntable <= kNearSkipMax && choice != 4;
+  if (!near && plan.skips == kTableShared) plan.skips = kTablePart;
   const int64_t wide_budget = mv_wide_budget();
   // where the table's short end is all a 512-thread block holds, the wide gather holds more of it (on an
   // H100 it was 18-31% faster wherever measured, from 2.5e-5 to 43% of its draws missed: bench/RESULTS.md,
   // session 82); ExactSkip stays where the table would miss most draws
-  if ((choice == 3 || (choice == 0 && plan.skips == kTablePart)) && wide_budget > 0) {
+  if ((choice == 3 || (choice == 0 && plan.skips == kTablePart)) && wide_budget > 0 && near) {
     budget = wide_budget;
     plan = plan_for(budget, true);
   }
@@ -318,3 +324,65 @@ void jitc_skips(const xk::Tensor table, const xk::Tensor hashes, xk::Tensor out,
   XK_CHECK_LAUNCH();
 }
 
+namespace {
+
+// For each hash of [first, first + chunks * kNearChunk) (a chunk a thread, in order): the table's skip,
+// stepped along the table from one binary search a chunk, against NearSkip's. out[0] counts the mismatches
+// (wrapping past 2^32), out[1] keeps the least mismatching hash, out[2] is 1 if any mismatched.
+constexpr int64_t kNearChunk = 4096;
+
+__global__ void near_skip_misses_kernel(const uint32_t* ext, int32_t m, double log_keep, int64_t first, int64_t chunks,
+                                        uint32_t* out) {
+  const int64_t chunk = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (chunk >= chunks) return;
+  const NearSkip<false> near = NearSkip<false>::of(ExtTable<true>{nullptr, ext, 0, m}, log_keep);
+  const int64_t h0 = first + chunk * kNearChunk;
+  // c = #{i in [1, m] : T_i > h0}, T_i = ext(m + 1 - i) ascending in j: m + 1 - the first j in [1, m + 1]
+  // with ext(j) > h0 (ext(m + 1) = 2^32 - 1 may not be, for h0 = 2^32 - 1: then c = 0)
+  int32_t lo = 1, hi = m + 1;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (int64_t(ext[mid]) > h0) hi = mid;
+    else lo = mid + 1;
+  }
+  int32_t c = m + 1 - lo;
+  uint32_t misses = 0, least = 0xffffffffu;
+  for (int64_t h = h0; h < h0 + kNearChunk && h <= int64_t(0xffffffffu); ++h) {
+    while (c > 0 && int64_t(ext[m + 1 - c]) <= h) --c;  // T_c <= h: the count drops
+    if (near.guess(uint32_t(h)) != 1 + c) {
+      ++misses;
+      least = min(least, uint32_t(h));
+    }
+  }
+  if (misses > 0) {
+    atomicAdd(out, misses);
+    atomicMin(out + 1, least);
+    atomicOr(out + 2, 1u);
+  }
+}
+
+}  // namespace
+
+// NearSkip against the table for `count` hashes from `first` (the whole 2^32 for a test: a few milliseconds),
+// where a rounding bound that is wrong for some prob would show. `ext` is the extended table of at most
+// kNearSkipMax + 2 entries (0, the table, 2^32 - 1); out (uint32[3]): the mismatches, the least hash that
+// mismatched, and 1 if any did (else 0, 2^32 - 1, 0). For tests.
+// @xk jitc_near_skip_misses arg ret attr.log_keep:float64 attr.first:int64 attr.count:int64 stream
+void jitc_near_skip_misses(const xk::Tensor ext, xk::Tensor out, double log_keep, int64_t first, int64_t count,
+                           int64_t stream) {
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  XK_CHECK(ext.dtype() == DType::UInt32) << "ext must be uint32";
+  XK_CHECK(ext.numel() >= 2 && ext.numel() <= kNearSkipMax + 2) << "ext must hold 2 to " << kNearSkipMax + 2 << " entries";
+  XK_CHECK(out.dtype() == DType::UInt32 && out.numel() == 3) << "out must be uint32[3]";
+  XK_CHECK(log_keep < 0.0) << "log_keep must be ln(1 - p) < 0, got " << log_keep;
+  XK_CHECK(first >= 0 && count >= 0 && first + count <= (int64_t(1) << 32) && count % kNearChunk == 0)
+      << "the hashes must lie in [0, 2^32) in whole chunks of " << kNearChunk;
+  uint32_t* counts = out.data_ptr<uint32_t>();
+  XK_CUDA_CHECK(cudaMemsetAsync(counts, 0, 12, st));
+  XK_CUDA_CHECK(cudaMemsetAsync(counts + 1, 0xff, 4, st));
+  const int64_t chunks = count / kNearChunk;
+  if (chunks == 0) return;
+  near_skip_misses_kernel<<<blocks_for(chunks), kThreads, 0, st>>>(ext.data_ptr<uint32_t>(), int32_t(ext.numel() - 2),
+                                                                   log_keep, first, chunks, counts);
+  XK_CHECK_LAUNCH();
+}

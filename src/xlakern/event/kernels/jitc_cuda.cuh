@@ -10,7 +10,8 @@
 //            (G = 1 adds in the CPU's order.) One spike column (mv) takes gather_mv_kernel:
 //            resident blocks with the table's short end and binary spikes as bits in shared memory
 //            (in the call's scratch output where too wide, behind their summary in shared memory),
-//            runs of 4 draws a lane on long rows, and a weight drawn only for an active spike. A table
+//            runs of 4 draws a lane on long rows, and a weight drawn only for an active spike. A skip
+//            is one look-up of the table (NearSkip; two where ln(1 - p) is not known). A table
 //            too long for a 512-thread block's share takes the wide gather: one 1,024-thread block an
 //            SM with all the shared memory a block may opt in to, twice the short end, and the longer
 //            skips found in global memory behind a branch. Where even that short end would miss many
@@ -118,11 +119,9 @@ __device__ inline int32_t table_skip(const ExtTable<AllShared>& ext, uint32_t h,
 
 // skip_of (jitc_common.h) through an ExtTable, in three steps: the same estimate (guess), the same two
 // comparisons (right; made unconditional by the sentinels), and the same correction where the estimate
-// was off (correct; rare).
-// MissBranches (the wide gather, whose short end serves all but a few draws in most cases: 2.5e-5 of them at
-// 4M columns, K = 1,000): `right` reads shared memory only and fails a draw past the short end, which
-// `correct` then finds in global memory behind a branch, instead of a global load predicated into every draw.
-template <bool AllShared, bool MissBranches = false>
+// was off (correct; rare). The mv gather's table in part (kTablePart) and any table whose ln(1 - p) is not
+// known take it; NearSkip takes the others in one look-up.
+template <bool AllShared>
 struct ExtSkip {
   ExtTable<AllShared> ext;
   float scale;  // ln 2 / ln(1 - p): the estimate's factor on the base-2 log
@@ -135,19 +134,52 @@ struct ExtSkip {
   }
   __device__ __forceinline__ bool right(uint32_t h, int32_t skip) const {
     uint32_t below, above;  // ext(j) = T_{c+1} and ext(j + 1) = T_c, c = skip - 1
-    const int32_t j = ext.m - skip + 1;
-    if constexpr (MissBranches) {
-      // j <= m, so j - lo + 1 <= cached - 1 stays inside the short end; below it, read its first entries
-      const uint32_t* at = ext.shared + max(j - ext.lo, 0);
-      below = at[0];
-      above = at[1];
-      return (j >= ext.lo) & (below <= h) & (h < above);
-    } else {
-      ext.pair(j, below, above);
-      return (below <= h) & (h < above);
-    }
+    ext.pair(ext.m - skip + 1, below, above);
+    return (below <= h) & (h < above);
   }
   __device__ __forceinline__ int32_t correct(uint32_t h, int32_t skip) const { return table_skip(ext, h, skip); }
+};
+
+// The table's skip in one look-up, for tables of at most kNearSkipMax entries built from a known
+// L = ln(1 - p) (skip_table's float64). The count c = skip - 1 is max{i <= m : T_i > h}, and
+// T_i = floor(2^32 e^{iL}) > h exactly when i <= x* = log2((h + 1) 2^-32) ln 2 / L (to the 3e-15 of
+// skip_table's exp). The float x below is within d of x*, d < 2.5e-7 m (float(h) and the fma: 1.7e-7 in
+// the log; lg2.approx: at most 2 ulp of a result below 33, 2^-17; ln 2 / L is about m / 32, so those two
+// are under 1.6e-8 m; the product's and the scale's roundings 1.2e-7 m), so under 0.07 for m <= 2^18.
+// With r the integer nearest x, clamped to [1, m], c is r or r - 1 (r itself where r was clamped down
+// from above m; r - 1 = 0 where clamped up from 0), and T_r > h says which: skip = r + (T_r > h), with no
+// second look-up and no correction. (m = 0: r = 1 reads ext(0) = 0, so skip 1.) Every one of the 2^32
+// hashes is checked against the table for several p by tests/test_event_gpu.py (jitc_near_skips).
+// MissBranches (the wide gather, whose short end serves all but a few draws in most cases: 2.5e-5 of them at
+// 4M columns, K = 1,000): guess reads shared memory only and returns -r for a draw past the short end,
+// whose T_r `correct` then reads in global memory behind a branch, instead of a global load predicated
+// into every draw. Without it, the whole table is in shared memory.
+constexpr int64_t kNearSkipMax = int64_t(1) << 18;
+
+template <bool MissBranches>
+struct NearSkip {
+  ExtTable<!MissBranches> ext;
+  float scale;  // ln 2 / L, rounded once
+  __device__ static NearSkip of(ExtTable<!MissBranches> ext, double log_keep) {
+    return NearSkip{ext, float(0.6931471805599453 / log_keep)};
+  }
+  __device__ __forceinline__ int32_t guess(uint32_t h) const {
+    float log2_x;  // of (h + 1) 2^-32, in (2^-32, 1]
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log2_x) : "f"(fmaf(float(h), 2.3283064365386963e-10f, 2.3283064365386963e-10f)));
+    const int32_t r = max(min(__float2int_rn(log2_x * scale), ext.m), 1);
+    const int32_t j = ext.m - r + 1;  // ext(j) = T_r
+    if constexpr (MissBranches) {
+      const uint32_t t = ext.shared[max(j - ext.lo, 0)];  // (below the short end: its first entry, unused)
+      return j >= ext.lo ? r + int32_t(t > h) : -r;
+    } else {
+      return r + int32_t(ext.shared[j] > h);
+    }
+  }
+  __device__ __forceinline__ bool right(uint32_t, int32_t skip) const { return !MissBranches || skip > 0; }
+  // a draw past the short end (skip = -r): the same one look-up, in global memory (ext(j) with j >= 1)
+  __device__ __forceinline__ int32_t correct(uint32_t h, int32_t skip) const {
+    return skip > 0 ? skip : -skip + int32_t(ext(ext.m + skip + 1) > h);
+  }
 };
 
 // The table's skip for hash h, stepped to from a guess (a few steps when the guess is close).
@@ -415,7 +447,7 @@ constexpr int kMvWideThreads = 1024;  // the wide mv gather's (one an SM, with a
 // How the mv gather finds a skip: the table wholly in shared memory, its short end there (the rest in
 // global memory), ExactSkip (the table only for draws too close to call), or the short end of the
 // wide gather, which holds twice the entries in a block of twice the threads and finds the rest behind
-// a branch (ExtSkip's MissBranches).
+// a branch (NearSkip's MissBranches).
 enum MvSkips : int { kTableShared = 0, kTablePart = 1, kExact = 2, kTableWide = 3 };
 
 // A block's threads in the mv gather that finds skips the `Skips` way.

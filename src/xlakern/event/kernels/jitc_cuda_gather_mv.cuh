@@ -81,11 +81,12 @@ __global__ void __launch_bounds__(mv_threads(Skips))
   if constexpr (Skips == kExact)
     gather_mv_rows<T, G, U>(g, ExactSkip::of(ext, pw, log_keep), params, q, spk, out, rule, mask, bits, global_bits,
                             summary_words);
+  else if constexpr (Skips == kTablePart)
+    gather_mv_rows<T, G, U>(g, ExtSkip<false>{ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)}, params, q, spk,
+                            out, rule, mask, bits, global_bits, summary_words);
   else
-    gather_mv_rows<T, G, U>(g,
-                            ExtSkip<Skips == kTableShared, Skips == kTableWide>{
-                                ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)},
-                            params, q, spk, out, rule, mask, bits, global_bits, summary_words);
+    gather_mv_rows<T, G, U>(g, NearSkip<Skips == kTableWide>::of(ext, log_keep), params, q, spk, out, rule, mask, bits,
+                            global_bits, summary_words);
 }
 
 // Launches gather_mv_kernel<G, U> as planned, with as many resident blocks as fit the GPU (no more than
