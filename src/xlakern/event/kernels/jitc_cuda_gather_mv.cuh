@@ -7,6 +7,15 @@
 
 namespace xk_jitc_cuda {
 
+// *at where `take`, else 0, as a load the compiler cannot turn into a branch (a read-only word)
+__device__ __forceinline__ uint32_t load_if(bool take, const uint32_t* at) {
+  uint32_t v;
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %2, 0;\n\tmov.b32 %0, 0;\n\t@p ld.global.nc.u32 %0, [%1];\n\t}"
+      : "=r"(v)
+      : "l"(at), "r"(int(take)));
+  return v;
+}
+
 // gather_mv_kernel's rows, once shared memory is filled: each group of G lanes walks its rows with `skip`.
 template <int Threads, int G, int U, typename Skip, typename A, typename S, bool Binary>
 __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* params, const A* q, const S* spk, A* out,
@@ -37,6 +46,20 @@ __device__ inline void gather_mv_rows(const Gen& g, const Skip& skip, const A* p
       walk([&](int32_t c, uint32_t k) {
         if ((mask[c >> 5] >> (c & 31)) & 1u) acc += wt.of(key, k);
       });
+    } else if (Binary && global_bits != nullptr && g.kind == kScalar) {
+      // the bits in global memory, read where the summary says so, with no branch a synapse: a predicated
+      // load and a predicated add (a branch a draw and its reconvergence cost about 15 instructions more)
+      const A w = wt.w_scalar;
+      if (summary_words > 0) {
+        walk([&](int32_t c, uint32_t) {
+          const uint32_t word = load_if(summary_has(mask, c), global_bits + (c >> 5));
+          if ((word >> (c & 31)) & 1u) acc += w;
+        });
+      } else {
+        walk([&](int32_t c, uint32_t) {
+          if ((__ldg(global_bits + (c >> 5)) >> (c & 31)) & 1u) acc += w;
+        });
+      }
     } else if (Binary && global_bits != nullptr) {
       walk([&](int32_t c, uint32_t k) {
         if ((summary_words == 0 || summary_has(mask, c)) && ((__ldg(global_bits + (c >> 5)) >> (c & 31)) & 1u))
