@@ -10,8 +10,8 @@ different matrices. ``transpose=True`` computes ``M.T @ v``.
 Pick ``corder`` for the product a loop calls every step with sparse spikes: the scatter regenerates only
 the generated rows of the active entries (1% of them at 1% activity), the gather regenerates every
 row. On an H100 at 4M neurons, K = 1,000 and 1% active, ``BinaryArray(s) @ M`` with ``corder=True`` (a
-scatter) took 0.48 ms a step and ``M @ BinaryArray(s)`` (a gather) 13.7 ms (bench/RESULTS.md, sessions 80
-and 82); ``corder=False`` swaps the two.
+scatter) took 0.48 ms a step and ``M @ BinaryArray(s)`` (a gather) 8.8 ms (bench/RESULTS.md, sessions 80
+and 83); ``corder=False`` swaps the two.
 
 The promise: one ``(seed, prob, shape, corder)`` is one matrix, bit for bit, on CPU and GPU, in
 the mv and mm operators, in both orientations, with any batch, and ``jit{s,u,n}`` materialises
