@@ -143,9 +143,10 @@ struct ExtSkip {
 // The table's skip in one look-up, for tables of at most kNearSkipMax entries built from a known
 // L = ln(1 - p) (skip_table's float64). The count c = skip - 1 is max{i <= m : T_i > h}, and
 // T_i = floor(2^32 e^{iL}) > h exactly when i <= x* = log2((h + 1) 2^-32) ln 2 / L (to the 3e-15 of
-// skip_table's exp). The float x below is within d of x*, d < 2.5e-7 m (float(h) and the fma: 1.7e-7 in
-// the log; lg2.approx: at most 2 ulp of a result below 33, 2^-17; ln 2 / L is about m / 32, so those two
-// are under 1.6e-8 m; the product's and the scale's roundings 1.2e-7 m), so under 0.07 for m <= 2^18.
+// skip_table's exp). The float x below is within d of x*, d < 3.7e-7 m: float(h) and the fma put 1.7e-7
+// in the log, lg2.approx at most 2 ulp of a result of at most 32 (2^-17), and times ln 2 / L (about m / 32)
+// those two are under 2.5e-7 m; the product's and the scale's roundings add 1.2e-7 m (|x| <= about m).
+// So d < 0.1 for m <= 2^18.
 // With r the integer nearest x, clamped to [1, m], c is r or r - 1 (r itself where r was clamped down
 // from above m; r - 1 = 0 where clamped up from 0), and T_r > h says which: skip = r + (T_r > h), with no
 // second look-up and no correction. (m = 0: r = 1 reads ext(0) = 0, so skip 1.) Every one of the 2^32
