@@ -162,8 +162,8 @@ int64_t mv_wide_budget() {
 // kExactMiss of the draws, the walk takes ExactSkip (it needs log_keep = ln(1 - p) < 0; 0 means not
 // known). With `wide`, the plan is the wide gather's (kTableWide, whatever its short end misses).
 // `choice` is XLAKERN_JITC_GATHER_SKIPS: 1 forces the table, 2 ExactSkip, 3 the wide gather (where the GPU
-// has room; elsewhere as 0, the plan's own choice), 4 the table with ExtSkip's two look-ups a draw
-// (launch_gather_mv).
+// has room and NearSkip serves the table; elsewhere as 0, the plan's own choice), 4 the table with ExtSkip's
+// two look-ups a draw (launch_gather_mv).
 template <bool Binary>
 MvPlan plan_gather_mv(const Gen& g, int64_t budget, SpikeScratch scratch, double log_keep, bool wide, int choice) {
   MvPlan plan;
@@ -363,8 +363,8 @@ __global__ void near_skip_misses_kernel(const uint32_t* ext, int32_t m, double l
 
 }  // namespace
 
-// NearSkip against the table for `count` hashes from `first` (the whole 2^32 for a test: a few milliseconds),
-// where a rounding bound that is wrong for some prob would show. `ext` is the extended table of at most
+// NearSkip against the table for `count` hashes from `first` (the whole 2^32 for a test), where a rounding
+// bound that is wrong for some prob would show. `ext` is the extended table of at most
 // kNearSkipMax + 2 entries (0, the table, 2^32 - 1); out (uint32[3]): the mismatches, the least hash that
 // mismatched, and 1 if any did (else 0, 2^32 - 1, 0). For tests.
 // @xk jitc_near_skip_misses arg ret attr.log_keep:float64 attr.first:int64 attr.count:int64 stream

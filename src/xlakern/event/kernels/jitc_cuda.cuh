@@ -121,9 +121,8 @@ __device__ inline int32_t table_skip(const ExtTable<AllShared>& ext, uint32_t h,
 // comparisons (right; made unconditional by the sentinels), and the same correction where the estimate
 // was off (correct; rare). The mv gather's table in part (kTablePart) and any table whose ln(1 - p) is not
 // known take it; NearSkip takes the others in one look-up.
-template <bool AllShared>
 struct ExtSkip {
-  ExtTable<AllShared> ext;
+  ExtTable<false> ext;
   float scale;  // ln 2 / ln(1 - p): the estimate's factor on the base-2 log
   __device__ __forceinline__ int32_t guess(uint32_t h) const {
     float log2_x;

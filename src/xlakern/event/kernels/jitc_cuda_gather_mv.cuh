@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(mv_threads(Skips))
     gather_mv_rows<T, G, U>(g, ExactSkip::of(ext, pw, log_keep), params, q, spk, out, rule, mask, bits, global_bits,
                             summary_words);
   else if constexpr (Skips == kTablePart)
-    gather_mv_rows<T, G, U>(g, ExtSkip<false>{ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)}, params, q, spk,
+    gather_mv_rows<T, G, U>(g, ExtSkip{ext, 0.69314718f * inv_log_keep_of(g.table, g.ntable)}, params, q, spk,
                             out, rule, mask, bits, global_bits, summary_words);
   else
     gather_mv_rows<T, G, U>(g, NearSkip<Skips == kTableWide>::of(ext, log_keep), params, q, spk, out, rule, mask, bits,
