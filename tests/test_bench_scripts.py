@@ -101,6 +101,15 @@ def test_bench_jitc_capacity_runs(tmp_path):
     assert "| 500 |" in text and "| 1,000 |" in text and "Largest that ran: 1,000 neurons" in text
 
 
+def test_bench_deterministic_runs(tmp_path):
+    js = tmp_path / "det.json"
+    text = _run(["bench/bench_deterministic.py", "--cases", "900:0.05", "--rounds", "1", "--calls", "1", "--json",
+                 str(js)], tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| 900 |"))
+    assert row.count("µs") == 2 and row.endswith("| True | True | ok |"), row  # the CPU's sums are reproducible
+    assert json.loads(js.read_text())["tables"][0]["data"][0]["deterministic_runs_equal"] is True
+
+
 def test_plot_network_draws_the_recorded_results(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "rtf.png"

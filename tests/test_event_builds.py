@@ -180,7 +180,7 @@ def test_cuda_builds_per_combination_and_on_request(rng, monkeypatch):
     product, _ = mod.event_sparse(jnp.asarray(w, jnp.float32), jnp.asarray(idx), jnp.asarray(indptr), jnp.asarray(s),
                                   outs=[jax.ShapeDtypeStruct((cols,), jnp.float32), K.bits_scratch(jnp.asarray(s), cols,
                                                                                                    True, True)],
-                                  nrows=rows, ncols=cols, nconn=-1, transpose=True, binary=True)
+                                  nrows=rows, ncols=cols, nconn=-1, transpose=True, binary=True, deterministic=False)
     want = s.astype(np.float64) @ dense_of(w, idx, rows, cols, np.float32)
     np.testing.assert_allclose(np.asarray(product, np.float64), want, atol=1e-4)
     # (a GPU entry point's error arrives as KernelError if XLA reports it during the call, else as jax's
@@ -190,7 +190,7 @@ def test_cuda_builds_per_combination_and_on_request(rng, monkeypatch):
             jax.block_until_ready(mod.event_sparse(
                 jnp.asarray(w, jnp.float64), jnp.asarray(idx), jnp.asarray(indptr), jnp.asarray(s),
                 outs=[jax.ShapeDtypeStruct((cols,), jnp.float64), jax.ShapeDtypeStruct((1,), jnp.uint32)],
-                nrows=rows, ncols=cols, nconn=-1, transpose=True, binary=True))
+                nrows=rows, ncols=cols, nconn=-1, transpose=True, binary=True, deterministic=False))
     monkeypatch.setenv("XLAKERN_EVENT_BUILDS", "all")
     every = K.cuda_module("float16", "int64", "bool", True)
     assert every.name == "xlakern_event_cuda"
@@ -198,6 +198,6 @@ def test_cuda_builds_per_combination_and_on_request(rng, monkeypatch):
                                     jnp.asarray(indptr, np.int64), jnp.asarray(s),
                                     outs=[jax.ShapeDtypeStruct((cols,), jnp.float32),
                                           jax.ShapeDtypeStruct((1,), jnp.uint32)],
-                                    nrows=rows, ncols=cols, nconn=-1, transpose=True, binary=True)
+                                    nrows=rows, ncols=cols, nconn=-1, transpose=True, binary=True, deterministic=False)
     want = s.astype(np.float64) @ dense_of(w, idx, rows, cols, np.float16)
     np.testing.assert_allclose(np.asarray(product, np.float64), want, atol=1e-4)

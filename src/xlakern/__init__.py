@@ -43,6 +43,7 @@ from .errors import (
     KernelLoadError,
     MathError,
     NotProvidedError,
+    NotReproducibleWarning,
     NvccNotFoundError,
     OptionError,
     PlatformError,
@@ -139,7 +140,7 @@ __all__ = [
     "KernelExecutionError", "KernelLoadError", "HostCompilerIncompatibleError", "NvccNotFoundError",
     "HostCompilerNotFoundError", "HeaderNotFoundError", "GpuArchDetectionError", "UnsupportedArchError",
     "CUDANotInstalledError", "KernelFallbackExhaustedError", "MathError", "UnsupportedOperationError",
-    "BenchmarkDataFnNotProvidedError", "NotProvidedError",
+    "BenchmarkDataFnNotProvidedError", "NotProvidedError", "NotReproducibleWarning",
     "BrainEventError", "KernelCompilationError", "KernelToolchainError", "KernelRegistrationError",
     "KernelNotAvailableError",
     # every XLACustomKernel by name and tag; rules for any primitive; arg_spec spelling; extra target names

@@ -27,7 +27,7 @@ from .errors import ConfigError, PlatformError, XlakernError
 __all__ = ["set_backend", "get_backend", "clear_backends", "backends", "PLATFORMS",
            "enable_cuda_graph_loops", "cuda_graph_loop_flags", "set_numba_parallel", "get_numba_parallel",
            "get_numba_num_threads", "set_lfsr_algorithm", "get_lfsr_algorithm", "prefer_system_nvcc",
-           "set_compute_capability", "get_compute_capability"]
+           "set_compute_capability", "get_compute_capability", "set_deterministic", "get_deterministic"]
 
 # Platforms an op can have kernels for. 'gpu' covers CUDA (and ROCm, should jax report it).
 PLATFORMS = ("cpu", "gpu", "tpu")
@@ -38,6 +38,8 @@ _backends: dict[str, str] = {}
 # Bumped whenever any op's default backend changes (XLACustomKernel.set_default), so that
 # change, too, reaches already-jitted code.
 _generation = 0
+# set_deterministic's choice; None: what XLA_FLAGS asks of XLA's own GPU ops (get_deterministic)
+_deterministic: Optional[bool] = None
 
 # How the selection reaches jax's caches: a jax config state keyed into jit's cache and the
 # trace context, as jax's own options that change what a traced function lowers to (e.g.
@@ -61,17 +63,22 @@ def canonical_platform(platform: str) -> str:
 
 def _publish() -> None:
     """Push the current selection into jax's cache key (caller holds _lock)."""
-    token = (tuple(sorted(_backends.items())), _generation)
+    token = (tuple(sorted(_backends.items())), _generation, _deterministic)
     if _state is not None:
         _state._set(token)
     else:  # pragma: no cover
         jax.clear_caches()
 
 
+# the state holds a token from the start, so that a setting switched back finds the first compilation again
+with _lock:
+    _publish()
+
+
 def selection_token():
     """The hashable value that identifies the current process-wide selection."""
     with _lock:
-        return (tuple(sorted(_backends.items())), _generation)
+        return (tuple(sorted(_backends.items())), _generation, _deterministic)
 
 
 def _bump_generation() -> None:
@@ -147,6 +154,70 @@ def backends() -> dict[str, str]:
     """
     with _lock:
         return dict(_backends)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reproducible sums
+# ---------------------------------------------------------------------------------------------
+
+# XLA's own switches for reproducible GPU ops; either, set true in XLA_FLAGS, turns xlakern's on too.
+_XLA_DETERMINISM_FLAGS = ("--xla_gpu_deterministic_ops", "--xla_gpu_exclude_nondeterministic_ops")
+
+
+def _xla_flags_ask_determinism() -> bool:
+    for token in os.environ.get("XLA_FLAGS", "").split():
+        name, _, value = token.partition("=")
+        if name in _XLA_DETERMINISM_FLAGS and value.lower() in ("", "true", "1"):
+            return True
+    return False
+
+
+def set_deterministic(enable: Optional[bool] = True) -> None:
+    """Make the GPU event products that sum with atomic adds give the same bits on every run.
+
+    On the GPU, a scatter product (``s @ W``, ``W.T @ s``: each active row's synapses added into the
+    output) adds with float ``atomicAdd``, in whatever order the GPU runs them, so an output can
+    differ in its last bits from run to run; a chaotic network's spike trains then part after a while.
+    With this on, the stored-layout scatters (``CSR``, ``CSC``, ``FixedNumPerPre``/``Post``: the
+    ``binary_csrmv/mm``, ``csrmv/mm``, ``binary_fcnmv/mm`` and ``fcnmv/mm`` products in their scatter
+    orientation, their ``@``, and the gradients that run through them) sum in 64-bit fixed point
+    instead, in three passes: the same bits on every run, at about twice the time. Each addend is rounded
+    to 2^-62 of (number of addends x largest addend): far below float32's rounding, but coarser than
+    float64's (about 2^-40 of the largest addend). Infinities and NaNs give what float sums give. The
+    dense scatter (``binary_densemv/mm``, ``s @ W``) splits no rows into slices that add atomically: each
+    column is summed by one thread, or its slices in a thread block cluster.
+    Other GPU products that add atomically stay as they are, and tracing one with this on warns once
+    (:class:`xlakern.NotReproducibleWarning`). CPU kernels give the same bits on every run anyway.
+
+    ``enable=None`` goes back to the default: on when ``XLA_FLAGS`` sets ``--xla_gpu_deterministic_ops``
+    or ``--xla_gpu_exclude_nondeterministic_ops`` (XLA's own switches for its GPU ops), else off. The
+    setting is part of jax's jit cache key, like :func:`set_backend`: jitted functions are traced again
+    on their next call.
+
+    Example::
+
+        xlakern.config.set_deterministic(True)
+        out = jax.jit(lambda s: xlakern.BinaryArray(s) @ conn)(spikes)   # the same bits on every run
+    """
+    global _deterministic
+    if enable is not None and not isinstance(enable, (bool, int)):
+        raise ConfigError(f"set_deterministic: enable must be True, False or None; got {enable!r}")
+    with _lock:
+        _deterministic = None if enable is None else bool(enable)
+        _publish()
+
+
+def get_deterministic() -> bool:
+    """Whether the GPU scatters sum reproducibly (:func:`set_deterministic`).
+
+    Example::
+
+        >>> xlakern.config.get_deterministic()
+        False
+    """
+    with _lock:
+        chosen = _deterministic
+    return _xla_flags_ask_determinism() if chosen is None else chosen
 
 
 # ---------------------------------------------------------------------------------------------

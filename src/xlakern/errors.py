@@ -170,6 +170,7 @@ __all__ = [
     "UnsupportedOperationError",
     "BenchmarkDataFnNotProvidedError",
     "NotProvidedError",
+    "NotReproducibleWarning",
     # BrainEvent 0.3's names for xlakern's classes (the same class objects)
     "BrainEventError",
     "KernelCompilationError",
@@ -177,6 +178,11 @@ __all__ = [
     "KernelRegistrationError",
     "KernelNotAvailableError",
 ]
+
+class NotReproducibleWarning(UserWarning):
+    """A GPU product traced under :func:`xlakern.config.set_deterministic` still sums with float atomic
+    adds, so its output may differ in its last bits from run to run (issued once per product)."""
+
 
 # BrainEvent 0.3 spells some of these differently; the names below are the same classes, so an
 # `except brainevent.KernelCompilationError` in code written for it catches xlakern's CompilationError.

@@ -127,6 +127,8 @@ def _slice_rows_primitive() -> XLACustomKernel:
 
     def compiled(module_fn):
         def gen(outs, shape):
+            if module_fn is _slice_cuda_module:
+                K.note_atomic_sums("csr_slice_rows (rows that repeat a column)")
             def run(data, indices, indptr, rows):
                 return module_fn().csr_slice_rows(data, indices, indptr, rows, outs=outs[0], ncols=shape[1])
             return run

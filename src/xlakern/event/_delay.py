@@ -30,7 +30,7 @@ from . import _units
 from ._eager import run_fused
 from ._errors import EventArgumentError, EventDTypeError, EventShapeError, EventTracedError, EventUnitError
 from ._events import EventRepresentation
-from ._kernels import kernel_module, rows_for, SDS, synapse_rows
+from ._kernels import kernel_module, note_atomic_sums, rows_for, SDS, synapse_rows
 from ._ops import _index, _shape2, _weights
 
 __all__ = ["csr_delay_deliver", "CSRDelayLayout", "csr_delay_deliver_layout", "csr_delay_deliver_p"]
@@ -101,6 +101,8 @@ def _register():
 
     def compiled(module_fn):
         def generator(outs, weighted):
+            if module_fn is cuda_module:
+                note_atomic_sums("csr_delay_deliver")
             def run(*args):
                 return module_fn().delay_deliver(*args, outs=outs[0], input_output_aliases={0: 0}, weighted=weighted)
             return run

@@ -25,7 +25,7 @@ from jax.interpreters import ad
 
 from .. import XLACustomKernel, general_batching_rule
 from ._errors import EventShapeError
-from ._kernels import operand_module, SDS, call_product, spike_factor
+from ._kernels import operand_module, SDS, call_product, note_atomic_sums, spike_factor
 
 KINDS = {"s": 0, "u": 1, "n": 2}
 QTABLE_SIZE = 65537
@@ -239,6 +239,8 @@ class _JitcKind:
         def compiled(module_fn, cuda: bool):
             def generator(outs, transpose, shape, log_keep=0.0):
                 extra = {"log_keep": float(log_keep)} if cuda else {}
+                if cuda and transpose:
+                    note_atomic_sums(op.name + " (scatter over generated rows)")
                 def run(params, seed, table, qtable, v):
                     mod = module_fn(params.dtype, None, v.dtype, binary)
                     return call_product(mod.jitc_mv, params, seed, table, qtable, v, out=outs[0],

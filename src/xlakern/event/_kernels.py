@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -25,8 +26,8 @@ import jax
 import jax.numpy as jnp
 from jax.interpreters import ad
 
-from .. import (ConfigError, XLACustomKernel, general_batching_rule, load_cpp_dir, load_cpp_file, load_cuda_dir,
-               load_cuda_file)
+from .. import (ConfigError, NotReproducibleWarning, XLACustomKernel, config, general_batching_rule, load_cpp_dir,
+               load_cpp_file, load_cuda_dir, load_cuda_file)
 from .._dtypes import DTYPES
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -175,17 +176,38 @@ def bits_scratch(spikes, ncols: int, transpose: bool, binary: bool, spike_bytes:
     return SDS((max(words + summary, 1),), jnp.uint32)
 
 
+def exact_scratch(out: jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+    """The scratch of a reproducible GPU scatter into ``out`` (``exact_scatter_words`` in
+    event_exact_scatter_cuda.cuh): a header of 4 words, then an int64 sum and a word of flags per output."""
+    return SDS((4 + 3 * math.prod(out.shape),), jnp.uint32)
+
+
 def call_product(entry, *arrays, out, scratch: bool, spike_cols: int, transpose: bool, binary: bool,
-                 spike_bytes: bool = False, **attrs):
+                 spike_bytes: bool = False, room: jax.ShapeDtypeStruct | None = None, **attrs):
     """One product through a compiled entry point whose last array is the spikes (``spike_cols`` columns
     of the stored or generated matrix). With ``scratch`` (the CUDA entry points) it also passes
-    :func:`bits_scratch` as a second output and returns the product alone."""
+    ``room`` (default :func:`bits_scratch`) as a second output and returns the product alone."""
     kw = dict(transpose=transpose, binary=binary, **attrs)
     if not scratch:
         return entry(*arrays, outs=out, **kw)
-    room = bits_scratch(arrays[-1], spike_cols, transpose, binary, spike_bytes)
+    if room is None:
+        room = bits_scratch(arrays[-1], spike_cols, transpose, binary, spike_bytes)
     product, _ = entry(*arrays, outs=[out, room], **kw)
     return product
+
+
+_warned_atomic_sums: set[str] = set()
+
+
+def note_atomic_sums(product: str) -> None:
+    """Warns once per ``product`` (a GPU kernel that adds with float atomics) when it is traced under
+    :func:`xlakern.config.set_deterministic`, which does not cover it."""
+    if product in _warned_atomic_sums or not config.get_deterministic():
+        return
+    _warned_atomic_sums.add(product)
+    warnings.warn(f"{product} on the GPU adds with float atomics, so its output may differ in its last bits from "
+                  f"run to run even with xlakern.config.set_deterministic(True), which covers the stored-layout and "
+                  f"dense scatters (CSR, CSC, FixedNumPerPre/Post, dense) only", NotReproducibleWarning, stacklevel=2)
 
 
 def spike_factor(spikes, binary: bool, dtype):
@@ -456,17 +478,26 @@ class _Family:
                     data, indices, indptr, spikes, nconn, perm = self._split(args)
                     index_dtype = None if indices is None else indices.dtype
                     mod = module_fn(data.dtype, index_dtype, spikes.dtype, binary)
+                    gpu = module_fn in (cuda_module, indexed_cuda_module)
                     if perm is not None:
+                        if gpu and transpose:
+                            note_atomic_sums(op.name + " (scatter)")
                         return mod.event_sparse_indexed(data, indices, indptr, perm, spikes, outs=outs[0],
                                                         nrows=shape[0], ncols=shape[1], transpose=transpose,
                                                         binary=binary)
-                    if family == "dense":
-                        return mod.event_dense(data, spikes, outs=outs[0], transpose=transpose, binary=binary)
+                    if family == "dense":  # (its CUDA scatter adds no slices atomically under set_deterministic)
+                        return mod.event_dense(data, spikes, outs=outs[0], transpose=transpose, binary=binary,
+                                               **({"deterministic": transpose and config.get_deterministic()}
+                                                  if gpu else {}))
                     if indptr is None:  # fixed count per row: the kernel ignores indptr
                         indptr = jnp.zeros((1,), indices.dtype)
+                    # the CUDA scatter sums reproducibly (in fixed point) under config.set_deterministic
+                    exact = gpu and transpose and config.get_deterministic()
                     return call_product(mod.event_sparse, data, indices.reshape(-1), indptr, spikes, out=outs[0],
                                         scratch=scratch, spike_cols=shape[1], spike_bytes=True, nrows=shape[0],
-                                        ncols=shape[1], nconn=nconn, transpose=transpose, binary=binary)
+                                        ncols=shape[1], nconn=nconn, transpose=transpose, binary=binary,
+                                        room=exact_scratch(outs[0]) if exact else None,
+                                        **({"deterministic": exact} if gpu else {}))
                 return run
             return generator
 

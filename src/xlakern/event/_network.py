@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import XLACustomKernel, load_cpp_file, load_cuda_file
-from ._kernels import known_module
+from ._kernels import known_module, note_atomic_sums
 from . import _units
 from ._arguments import as_array
 from ._errors import EventDTypeError, EventShapeError, EventUnitError
@@ -217,6 +217,7 @@ def _register() -> XLACustomKernel:
         return run
 
     def gpu(outs, **static):
+        note_atomic_sums("run_lif_network")
         def run(*args):
             stride = (args[0].shape[0] + 3) // 4 * 4  # input buffers padded for vector access
             res = _cuda_module().lif_run(*args, outs=list(outs) + [SDS((4 * stride,), jnp.float32)],

@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "event_common.h"
+#include "event_exact_scatter_cuda.cuh"
 #include "event_sparse_cuda.cuh"
 
 namespace {
@@ -580,9 +581,10 @@ inline bool slices_in_clusters(int64_t parts, const GpuLimits& gpu) {
 // stream many: at 40k x 40k, 5% active, 10 slices took 104-106 us against 97-99 at 14 (H200, graph
 // loops). A few slices sum in clusters (slices_in_clusters); the others add into the cleared output
 // atomically. XLAKERN_DENSE_SLICES = 1, 2, 4, ... 64 forces the slices (no fewer than the rows need).
+// With `deterministic`, only where its slices need no atomic add (one slice, or slices in clusters).
 template <typename W, typename S, bool Binary>
 bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type* out, int64_t nrows, int64_t ncols,
-                              int64_t batch, SpikeRule<S, Binary> rule, cudaStream_t st) {
+                              int64_t batch, SpikeRule<S, Binary> rule, bool deterministic, cudaStream_t st) {
   using A = typename AccOf<W>::type;
   constexpr int64_t V = 16 / int64_t(sizeof(W));
   if (nrows == 0 || batch > 65535 || (ncols / V) * batch < 2048 || (ncols * int64_t(sizeof(W))) % 16 != 0 ||
@@ -601,7 +603,7 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
   if (const int forced = forced_choice("XLAKERN_DENSE_SLICES", {1, 2, 4, 8, 16, 32, 64})) parts = forced;
   parts = std::max<int64_t>(parts, fewest);
   const bool clustered = slices_in_clusters(parts, gpu);
-  if (parts > 65535 || col_blocks > 0x7fffffff) return false;
+  if (parts > 65535 || col_blocks > 0x7fffffff || (deterministic && parts > 1 && !clustered)) return false;
   const int64_t rows_per_part = (nrows + parts - 1) / parts;
   const size_t smem = kSliceRows * (sizeof(int32_t) + (Binary ? 0 : sizeof(A)));
   auto kernel = dense_scatter_vec_kernel<W, S, Binary>;
@@ -616,6 +618,7 @@ bool launch_dense_scatter_vec(const W* w, const S* spk, typename AccOf<W>::type*
   if (clustered && launch_in_clusters(unsigned(parts), kernel, grid, dim3(kThreads), smem, st, w, spk, out, nrows,
                                      ncols, batch, rows_per_part, rule))
     return true;
+  if (deterministic && parts > 1) return false;  // the clusters were refused: no atomic slices instead
   const bool after_clear = parts > 1 && clear_before_adds(out, int64_t(ncols * batch * sizeof(A)), st, gpu);
   launch_after_clear(after_clear, kernel, grid, dim3(kThreads), smem, st, w, spk, out, nrows, ncols, batch,
                      rows_per_part, rule);
@@ -650,14 +653,31 @@ bool gather_by_bitmask(const W* data, const I* idx, const I* ptr, const S* spk, 
 // `scratch` (uint32, no contents expected: spike_scratch says what it holds) is where a binary mv gather
 // too wide for shared memory packs its spikes, and a binary mm gather of spikes wider than a byte copies
 // them a byte each (gather_wide_binary_as_bytes); any smaller array leaves it to read the spikes instead.
-// @xk event_sparse arg arg arg arg ret ret attr.nrows:int64 attr.ncols:int64 attr.nconn:int64 attr.transpose:bool attr.binary:bool stream
+// With `deterministic` a scatter (transpose) sums in fixed point instead, the same bits on every run
+// (event_exact_scatter_cuda.cuh); `scratch` then holds exact_scatter_words(outputs) words.
+// @xk event_sparse arg arg arg arg ret ret attr.nrows:int64 attr.ncols:int64 attr.nconn:int64 attr.transpose:bool attr.binary:bool attr.deterministic:bool stream
 void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Tensor indptr, const xk::Tensor spikes,
                   xk::Tensor out, xk::Tensor scratch, int64_t nrows, int64_t ncols, int64_t nconn, bool transpose,
-                  bool binary, int64_t stream) {
+                  bool binary, bool deterministic, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   const int64_t batch = batch_of(spikes), nse = indices.numel();
   const bool homo = data.numel() == 1;
   check_sparse(data, indices, indptr, spikes, out, nrows, ncols, nconn, transpose);
+  if (transpose && deterministic) {
+    if (out.numel() == 0) return;
+    const ExactSums sums = exact_sums(scratch, out.numel());
+    dispatch_sparse(data, indices, spikes, binary, [&](auto wt, auto it, auto stag, auto rule) {
+      using W = typename decltype(wt)::type;
+      using A = typename AccOf<W>::type;
+      using I = typename decltype(it)::type;
+      using S = typename decltype(stag)::type;
+      launch_exact_scatter(data.data_ptr<W>(), indices.data_ptr<I>(), nconn >= 0 ? nullptr : indptr.data_ptr<I>(),
+                           spikes.data_ptr<S>(), out.data_ptr<A>(), sums, nrows, ncols, batch, nse, nconn, homo, rule,
+                           st);
+    });
+    XK_CHECK_LAUNCH();
+    return;
+  }
   PlainLaunch launch;
   if (!plain_launch(out, nrows, batch, transpose, st, launch)) return;
   const dim3 grid = launch.grid;
@@ -696,9 +716,11 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
   XK_CHECK_LAUNCH();
 }
 
-// @xk event_dense arg arg ret attr.transpose:bool attr.binary:bool stream
+// With `deterministic` a scatter adds no partial sums atomically (a thread sums its column over every row, or
+// slices sum in clusters): the same bits on every run.
+// @xk event_dense arg arg ret attr.transpose:bool attr.binary:bool attr.deterministic:bool stream
 void event_dense(const xk::Tensor weights, const xk::Tensor spikes, xk::Tensor out, bool transpose, bool binary,
-                 int64_t stream) {
+                 bool deterministic, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   check_dense(weights, spikes, out, transpose);
   const int64_t nrows = weights.shape(0), ncols = weights.shape(1), batch = batch_of(spikes);
@@ -714,12 +736,12 @@ void event_dense(const xk::Tensor weights, const xk::Tensor spikes, xk::Tensor o
         return;
       }
       if (launch_dense_scatter_vec(weights.data_ptr<W>(), spikes.data_ptr<S>(), out.data_ptr<A>(), nrows, ncols,
-                                   batch, rule, st))
+                                   batch, rule, deterministic, st))
         return;
       // One thread per column, and enough row slices (grid z) to fill the GPU when there are few columns.
       const int64_t col_blocks = (ncols + kThreads - 1) / kThreads;
       int64_t parts = std::min<int64_t>((1024 + col_blocks - 1) / col_blocks, (nrows + kThreads - 1) / kThreads);
-      parts = std::max<int64_t>(std::min<int64_t>(parts, 65535), 1);
+      parts = deterministic ? 1 : std::max<int64_t>(std::min<int64_t>(parts, 65535), 1);
       const int64_t rows_per_part = (nrows + parts - 1) / parts;
       const bool after_clear = parts > 1 && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st, gpu_limits());
       launch_after_clear(after_clear, dense_scatter_kernel<W, S, decltype(rule)::kBinary>,
