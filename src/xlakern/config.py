@@ -187,7 +187,8 @@ def set_deterministic(enable: Optional[bool] = True) -> None:
     dense scatter (``binary_densemv/mm``, ``s @ W``) splits no rows into slices that add atomically: each
     column is summed by one thread, or its slices in a thread block cluster.
     Other GPU products that add atomically stay as they are, and tracing one with this on warns once
-    (:class:`xlakern.NotReproducibleWarning`). CPU kernels give the same bits on every run anyway.
+    (:class:`xlakern.NotReproducibleWarning`). CPU kernels give the same bits on every run anyway (on one
+    machine: a CPU scatter's split follows its thread count).
 
     ``enable=None`` goes back to the default: on when ``XLA_FLAGS`` sets ``--xla_gpu_deterministic_ops``
     or ``--xla_gpu_exclude_nondeterministic_ops`` (XLA's own switches for its GPU ops), else off. The
