@@ -29,6 +29,7 @@ import numpy as np
 from .. import XLACustomKernel
 from ._errors import EventShapeError
 from ._events import bitpack
+from ._kernels import note_atomic_sums
 from ._network import LIFParams, LIFState, SDS, _checked_call, _cpu_module, _cuda_module, _population, membrane
 
 _STATE_ALIASES = {i: i for i in range(5)}  # v, ge, gi, ref, count: updated in their own buffers
@@ -75,6 +76,7 @@ def _register() -> XLACustomKernel:
                                                           **static)
 
     def gpu(outs, **static):
+        note_atomic_sums("run_lif_network_sharded")
         return lambda *args: _cuda_module().lif_shard_step(*args, outs=list(outs),
                                                            input_output_aliases=_STATE_ALIASES, **static)
 
