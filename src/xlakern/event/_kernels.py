@@ -472,13 +472,13 @@ class _Family:
     def _register(self, op: XLACustomKernel, binary: bool) -> None:
         family = self.family
 
-        def compiled(module_fn, scratch: bool):
+        def compiled(module_fn, gpu: bool):
+            scratch = gpu and not self.indexed  # the plain CUDA entry points take a scratch output
             def generator(outs, transpose, shape=None):
                 def run(*args):
                     data, indices, indptr, spikes, nconn, perm = self._split(args)
                     index_dtype = None if indices is None else indices.dtype
                     mod = module_fn(data.dtype, index_dtype, spikes.dtype, binary)
-                    gpu = module_fn in (cuda_module, indexed_cuda_module)
                     if perm is not None:
                         if gpu and transpose:
                             note_atomic_sums(op.name + " (scatter)")
@@ -512,8 +512,8 @@ class _Family:
                                         binary=binary, nconn=nconn)
             return run
 
-        op.def_cpp_kernel(compiled(indexed_cpu_module if self.indexed else cpu_module, scratch=False))
-        op.def_cuda_kernel(compiled(indexed_cuda_module if self.indexed else cuda_module, scratch=not self.indexed))
+        op.def_cpp_kernel(compiled(indexed_cpu_module if self.indexed else cpu_module, gpu=False))
+        op.def_cuda_kernel(compiled(indexed_cuda_module if self.indexed else cuda_module, gpu=True))
         for platform in ("cpu", "gpu", "tpu"):
             op.def_kernel("jnp", platform, reference)
         op.def_jvp_rule2(*self._jvp_rules(op, binary))

@@ -55,63 +55,45 @@ __device__ __forceinline__ int exact_scale(const unsigned long long* header) {
   return 62 - e_max - e_count;
 }
 
-// Passes 1 (Measure) and 2 of the header: sparse_scatter_kernel's walk, its adds replaced.
+// Passes 1 (Measure) and 2 of the header: sparse_scatter_kernel's walk (walk_scatter_rows), its adds replaced.
 template <bool Measure, typename W, typename I, typename S, bool Binary>
 __global__ void __launch_bounds__(kThreads) exact_scatter_kernel(
     const W* __restrict__ data, const I* __restrict__ idx, const I* __restrict__ indptr, const S* __restrict__ spk,
     ExactSums sums, int64_t nrows, int64_t ncols, int64_t batch, int64_t nse, int64_t nconn, bool homo,
     SpikeRule<S, Binary> rule, int rows_per_warp, RangeRead ranges) {
   using A = typename AccOf<W>::type;
-  constexpr int U = 4;
+  constexpr int U = 4;  // synapses a lane loads a round, as in sparse_scatter_kernel
   const int64_t first_row = warp_first_row<int64_t>(rows_per_warp);
-  const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
-  const A w0 = shared_weight<A>(data, homo);
   const int scale = Measure ? 0 : exact_scale(sums.header);
   double largest = 0.0;         // Measure: this lane's largest finite |addend|
   unsigned long long count = 0;  // and its number of addends
-  int64_t lane_begin, lane_end;
-  lane_row_range(ranges, indptr, nconn, nse, first_row, nrows, rows_per_warp, lane_begin, lane_end);
-  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
-    const S s = lane_spike(spk + b, first_row, nrows, rows_per_warp, batch);
-    for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int64_t r, int src) {
-      const A v = __shfl_sync(0xffffffffu, rule.template value<A>(s), src);
-      int64_t begin, end;
-      walk_row_range(ranges, indptr, nconn, nse, r, src, lane_begin, lane_end, begin, end);
-      for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
-        int64_t j[U];
-        A wv[U];
+  walk_scatter_rows<false, U, A>(data, static_cast<const I*>(nullptr), idx, indptr, spk, first_row, nrows, batch, nse,
+                                 nconn, homo, rule, rows_per_warp, ranges,
+                                 [&](const int64_t* j, const A* wv, A v, int64_t b) {
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int64_t p = p0 + u * 32 + lane;
-          j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
-          wv[u] = homo ? w0 : (p < end ? slot_weight<false, A>(data, static_cast<const I*>(nullptr), nse, p) : A(0));
+    for (int u = 0; u < U; ++u) {
+      if (uint64_t(j[u]) >= uint64_t(ncols)) continue;  // dropped, as in every product
+      const double x = double(wv[u] * v);  // the atomic scatter's addend, exactly
+      const int64_t o = j[u] * batch + b;
+      if constexpr (Measure) {
+        if (isfinite(x)) {
+          largest = fmax(largest, fabs(x));
+          ++count;
+        } else {
+          atomicOr(sums.flags + o, isnan(x) ? kNaN : (x > 0 ? kPosInf : kNegInf));
         }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (uint64_t(j[u]) >= uint64_t(ncols)) continue;  // dropped, as in every product
-          const double x = double(wv[u] * v);  // the atomic scatter's addend, exactly
-          const int64_t o = j[u] * batch + b;
-          if constexpr (Measure) {
-            if (isfinite(x)) {
-              largest = fmax(largest, fabs(x));
-              ++count;
-            } else {
-              atomicOr(sums.flags + o, isnan(x) ? kNaN : (x > 0 ? kPosInf : kNegInf));
-            }
-          } else if (isfinite(x)) {
-            atomicAdd(sums.sums + o, (unsigned long long)llrint(ldexp(x, scale)));  // two's complement
-          }
-        }
+      } else if (isfinite(x)) {
+        atomicAdd(sums.sums + o, (unsigned long long)llrint(ldexp(x, scale)));  // two's complement
       }
-    });
-  }
+    }
+  });
   if constexpr (Measure) {
     for (int o = 16; o > 0; o >>= 1) {
       largest = fmax(largest, __shfl_down_sync(0xffffffffu, largest, o));
       count += __shfl_down_sync(0xffffffffu, count, o);
     }
-    if (lane == 0 && count > 0) {
+    if ((threadIdx.x & 31) == 0 && count > 0) {
       atomicMax(sums.header, (unsigned long long)__double_as_longlong(largest));
       atomicAdd(sums.header + 1, count);
     }

@@ -382,6 +382,43 @@ __global__ void __launch_bounds__(kThreads) sparse_gather_tile_kernel(
   }
 }
 
+// The 64-bit scatter walk of a warp's rows (sparse_scatter_kernel, the reproducible scatter of
+// event_exact_scatter_cuda.cuh): for each batch column b (grid y) and each active row among the warp's
+// rows_per_warp from first_row (< nrows), the row's slots U * 32 a round, every load of the round issued
+// first, so a row costs one memory latency a round, not one a synapse; then round(j, wv, v, b) with the
+// round's columns j[U] (-1 past the row's end), weights wv[U] (0 there) and the row's spike value v.
+template <bool Permuted, int U, typename A, typename W, typename I, typename S, bool Binary, typename Round>
+__device__ __forceinline__ void walk_scatter_rows(const W* __restrict__ data, const I* __restrict__ perm,
+                                                  const I* __restrict__ idx, const I* __restrict__ indptr,
+                                                  const S* __restrict__ spk, int64_t first_row, int64_t nrows,
+                                                  int64_t batch, int64_t nse, int64_t nconn, bool homo,
+                                                  SpikeRule<S, Binary> rule, int rows_per_warp, RangeRead ranges,
+                                                  Round&& round) {
+  const int lane = threadIdx.x & 31;
+  const A w0 = shared_weight<A>(data, homo);
+  int64_t lane_begin, lane_end;  // the same for every batch column
+  lane_row_range(ranges, indptr, nconn, nse, first_row, nrows, rows_per_warp, lane_begin, lane_end);
+  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+    const S s = lane_spike(spk + b, first_row, nrows, rows_per_warp, batch);
+    for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int64_t r, int src) {
+      const A v = __shfl_sync(0xffffffffu, rule.template value<A>(s), src);  // (src's spike is active)
+      int64_t begin, end;
+      walk_row_range(ranges, indptr, nconn, nse, r, src, lane_begin, lane_end, begin, end);
+      for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
+        int64_t j[U];
+        A wv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int64_t p = p0 + u * 32 + lane;
+          j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
+          wv[u] = homo ? w0 : (p < end ? slot_weight<Permuted, A>(data, perm, nse, p) : A(0));
+        }
+        round(j, wv, v, b);
+      }
+    });
+  }
+}
+
 // rows_per_warp (a power of two, at most 32) is chosen by the host: 32 on large matrices, where one
 // coalesced read of 32 spikes a warp is what keeps inactive rows cheap; fewer where that would leave
 // the GPU with too few warps and each warp walking several active rows one after another.
@@ -394,34 +431,14 @@ __global__ void __launch_bounds__(kThreads) sparse_scatter_kernel(
   constexpr int U = 4;  // synapses a lane loads before its atomic adds: 128 a warp per round
   pdl_hold_grid();
   const int64_t first_row = warp_first_row<int64_t>(rows_per_warp);
-  const int lane = threadIdx.x & 31;
   if (first_row >= nrows) return;
-  const A w0 = shared_weight<A>(data, homo);
-  int64_t lane_begin, lane_end;  // the same for every batch column
-  lane_row_range(ranges, indptr, nconn, nse, first_row, nrows, rows_per_warp, lane_begin, lane_end);
-  for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
-    const S s = lane_spike(spk + b, first_row, nrows, rows_per_warp, batch);
-    for_each_active_row(__ballot_sync(0xffffffffu, rule.active(s)), first_row, [&](int64_t r, int src) {
-      const A v = __shfl_sync(0xffffffffu, rule.template value<A>(s), src);  // (src's spike is active)
-      int64_t begin, end;
-      walk_row_range(ranges, indptr, nconn, nse, r, src, lane_begin, lane_end, begin, end);
-      for (int64_t p0 = begin; p0 < end; p0 += U * 32) {
-        // every load of the round first, so a row costs one memory latency a round, not one a synapse
-        int64_t j[U];
-        A wv[U];
+  walk_scatter_rows<Permuted, U, A>(data, perm, idx, indptr, spk, first_row, nrows, batch, nse, nconn, homo, rule,
+                                    rows_per_warp, ranges, [&](const int64_t* j, const A* wv, A v, int64_t b) {
+    pdl_wait();  // the output's clear has finished (clear_before_adds)
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int64_t p = p0 + u * 32 + lane;
-          j[u] = p < end ? int64_t(idx[p]) : int64_t(-1);
-          wv[u] = homo ? w0 : (p < end ? slot_weight<Permuted, A>(data, perm, nse, p) : A(0));
-        }
-        pdl_wait();  // the output's clear has finished (clear_before_adds)
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (uint64_t(j[u]) < uint64_t(ncols)) atomicAdd(out + j[u] * batch + b, wv[u] * v);  // else dropped
-      }
-    });
-  }
+    for (int u = 0; u < U; ++u)
+      if (uint64_t(j[u]) < uint64_t(ncols)) atomicAdd(out + j[u] * batch + b, wv[u] * v);  // else dropped
+  });
 }
 
 // sparse_scatter_kernel's mv form with int32 indices, for matrices whose rows, columns and slots fit in
