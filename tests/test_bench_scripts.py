@@ -103,11 +103,14 @@ def test_bench_jitc_capacity_runs(tmp_path):
 
 def test_bench_deterministic_runs(tmp_path):
     js = tmp_path / "det.json"
-    text = _run(["bench/bench_deterministic.py", "--cases", "900:0.05", "--rounds", "1", "--calls", "1", "--json",
-                 str(js)], tmp_path)
-    row = next(line for line in text.splitlines() if line.startswith("| 900 |"))
-    assert row.count("µs") == 2 and row.endswith("| True | True | ok |"), row  # the CPU's sums are reproducible
-    assert json.loads(js.read_text())["tables"][0]["data"][0]["deterministic_runs_equal"] is True
+    text = _run(["bench/bench_deterministic.py", "--cases", "900:0.05", "indexed:900:0.05", "jitc:900:0.05:30",
+                 "--rounds", "1", "--calls", "1", "--json", str(js)], tmp_path)
+    for product in ("s @ CSR", "s @ CSR, indexed", "s @ JITC uniform"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {product} | 900 |"))
+        assert row.count("µs") == 2 and row.endswith("| True | True | ok |"), row  # the CPU's sums are reproducible
+    data = json.loads(js.read_text())["tables"][0]["data"]
+    assert [d["product"] for d in data] == ["csr", "indexed", "jitc"] and data[2]["k"] == 30
+    assert all(d["deterministic_runs_equal"] for d in data)
 
 
 def test_plot_network_draws_the_recorded_results(tmp_path):

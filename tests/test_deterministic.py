@@ -1,5 +1,5 @@
-"""xlakern.config.set_deterministic: the GPU stored-layout scatters sum in fixed point (the same bits on
-every run), the switch reaches jitted code, and products it does not cover warn under it."""
+"""xlakern.config.set_deterministic: the GPU stored-layout, indexed and JITC scatters sum in fixed point (the same
+bits on every run), the switch reaches jitted code, and products it does not cover warn under it."""
 
 from __future__ import annotations
 
@@ -197,26 +197,145 @@ def test_gpu_deterministic_edge_cases(rng, deterministic):
 @pytest.mark.gpu
 def test_gpu_products_it_does_not_cover_warn_once(rng, deterministic):
     """Under the switch, a GPU product that still adds with float atomics warns once, when first traced; the
-    covered scatters and the gathers do not."""
+    covered scatters (stored, indexed and JITC) and the gathers do not."""
     from xlakern.event import _kernels
 
     _kernels._warned_atomic_sums.clear()
-    s = jnp.asarray(rng.random(300) < 0.3)
-    with pytest.warns(xlakern.NotReproducibleWarning, match="binary_jitsmv"):
-        xlakern.binary_jitsmv(0.5, 0.1, s, 7, shape=(300, 200), transpose=True)
-    dense, w, idx = random_fcn(rng, 300, 200, 8)
+    rows, cols, k = 300, 200, 8
+    s = jnp.asarray(rng.random(rows) < 0.3)
+    dense, w, idx = random_fcn(rng, rows, cols, k)
+    ptr = np.arange(0, rows * k + 1, k)
+    delays = rng.integers(1, 5, rows * k).astype(np.int32)
+
+    def deliver(slots):
+        return xlakern.csr_delay_deliver(jnp.zeros((slots, cols), jnp.float32), s, jnp.asarray(w.reshape(-1)),
+                                         jnp.asarray(idx.reshape(-1), jnp.int32), jnp.asarray(ptr, jnp.int32),
+                                         jnp.asarray(delays), 0, shape=(rows, cols))
+
+    with pytest.warns(xlakern.NotReproducibleWarning, match="csr_delay_deliver"):
+        deliver(5)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        xlakern.binary_jitsmv(0.5, 0.1, s, 7, shape=(300, 201), transpose=True)  # traced again: no second warning
-        xlakern.binary_jitsmv(0.5, 0.1, jnp.asarray(rng.random(200) < 0.3), 7, shape=(300, 200))  # a gather
-        xlakern.binary_fcnmv(jnp.asarray(w, jnp.float32), jnp.asarray(idx, jnp.int32), s, shape=(300, 200),
+        deliver(6)  # traced again: no second warning
+        xlakern.binary_jitsmv(0.5, 0.1, s, 7, shape=(rows, cols), transpose=True)  # covered
+        xlakern.binary_jitsmv(0.5, 0.1, jnp.asarray(rng.random(cols) < 0.3), 7, shape=(rows, cols))  # a gather
+        xlakern.binary_fcnmv(jnp.asarray(w, jnp.float32), jnp.asarray(idx, jnp.int32), s, shape=(rows, cols),
                              transpose=True)  # covered
-    assert not [x for x in seen if issubclass(x.category, xlakern.NotReproducibleWarning)]
-    rows, ptr = 300, np.arange(0, 300 * 8 + 1, 8)
-    with pytest.warns(xlakern.NotReproducibleWarning, match="binary_csrmv_indexed"):
         xlakern.binary_csrmv_indexed(jnp.asarray(w.reshape(-1), jnp.float32), jnp.asarray(idx.reshape(-1), jnp.int32),
-                                     jnp.asarray(ptr, jnp.int32), jnp.arange(rows * 8, dtype=jnp.int32)[::-1], s,
-                                     shape=(rows, 200), transpose=True)
+                                     jnp.asarray(ptr, jnp.int32), jnp.arange(rows * k, dtype=jnp.int32)[::-1], s,
+                                     shape=(rows, cols), transpose=True)  # covered
+    assert not [x for x in seen if issubclass(x.category, xlakern.NotReproducibleWarning)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [None, 3])
+@pytest.mark.parametrize("wdtype", [np.float32, np.float64])
+def test_gpu_indexed_scatter_gives_the_same_bits_every_run(rng, deterministic, batch, wdtype):
+    """binary_csrmv/mm_indexed (slot p weighs data[perm[p]]) in its scatter orientation: 3,000 rows of 50
+    synapses into 40 columns, five runs give the same bits, within the fixed-point bound of float64 NumPy."""
+    rows, cols, k = 3000, 40, 50
+    with jax.enable_x64(wdtype == np.float64):
+        w, idx, ptr = _contended(rng, rows, cols, k, wdtype)
+        perm = rng.permutation(rows * k)
+        data = np.empty(rows * k, wdtype)
+        data[perm] = w.reshape(-1)  # so that data[perm[p]] is slot p's weight
+        shape = (rows,) if batch is None else (rows, batch)
+        s = rng.random(shape) < 0.5
+        fn = xlakern.binary_csrmv_indexed if batch is None else xlakern.binary_csrmm_indexed
+        run = jax.jit(lambda s: fn(jnp.asarray(data), jnp.asarray(idx.reshape(-1), jnp.int32), jnp.asarray(ptr, jnp.int32),
+                                   jnp.asarray(perm, jnp.int32), s, shape=(rows, cols), transpose=True))
+        outs = [np.asarray(run(jnp.asarray(s))) for _ in range(5)]
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+    eps = 2.0 ** -53 if wdtype == np.float64 else 2.0 ** -24
+    want, bound = _sums_and_bound(w, idx, s, cols, eps)
+    assert np.abs(want).max() > 0 and outs[0].shape == want.shape
+    err = np.abs(outs[0].astype(np.float64) - want)
+    assert np.all(err <= bound), float(np.max(err / bound))
+
+
+# JITC laws with both signs of weight (so float sums depend on their order), and the scalar one
+_JITC_PARAMS = {"s": (0.37,), "u": (-1.0, 1.0), "n": (0.1, 1.0)}
+
+
+def _jitc(letter, binary, mm, params, prob, v, seed, shape, **kw):
+    name = ("binary_" if binary else "") + "jit" + letter + ("mm" if mm else "mv")
+    return getattr(xlakern, name)(*params, prob, v, seed, shape=shape, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("letter", "sun")
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("batch", [None, 3])
+@pytest.mark.parametrize("x64", [False, True])
+def test_gpu_jitc_scatter_gives_the_same_bits_every_run(rng, deterministic, letter, binary, batch, x64):
+    """The JITC scatter (generated rows 4,000, reaching 40 columns at prob 0.5, half the spikes active: ~40k adds
+    into 40 outputs a column of spikes), in both of its forms (M.T @ v with rows generated, M @ v with columns
+    generated): five runs of the jitted product give the same bits, within the fixed-point bound of the
+    float64 product with the materialised matrix."""
+    gen_rows, gen_cols, prob = 4000, 40, 0.5
+    dtype = np.float64 if x64 else np.float32
+    with jax.enable_x64(x64):
+        params = tuple(jnp.asarray(p, dtype) for p in _JITC_PARAMS[letter])
+        size = (gen_rows,) if batch is None else (gen_rows, batch)
+        on = rng.random(size) < 0.5
+        v = on if binary else np.where(on, rng.uniform(0.5, 2, size) * rng.choice([-1, 1], size), 0).astype(dtype)
+        for corder, transpose, shape in ((True, True, (gen_rows, gen_cols)), (False, False, (gen_cols, gen_rows))):
+            seed = int(rng.integers(0, 2 ** 31))
+            run = jax.jit(lambda v: _jitc(letter, binary, batch is not None, params, prob, v, seed, shape,
+                                          corder=corder, transpose=transpose))
+            outs = [np.asarray(run(jnp.asarray(v))) for _ in range(5)]
+            m = np.asarray(getattr(xlakern, "jit" + letter)(*params, prob, seed, shape=shape, corder=corder))
+            assert m.dtype == dtype and outs[0].dtype == dtype
+            for o in outs[1:]:
+                np.testing.assert_array_equal(o, outs[0])
+            g = (m.T if transpose else m).astype(np.float64)  # (outputs, generated rows)
+            f = ((v != 0) if binary else v).astype(np.float64)
+            want = g @ f
+            mag, cnt = np.abs(g) @ np.abs(f), (g != 0).astype(np.float64) @ (f != 0)
+            # the addends' and the output's roundings, and each addend's fixed-point rounding: 2^-61 of the
+            # generated rows times the bound on |addend| (the law's largest |weight| < 8 max|w| here)
+            eps = 2.0 ** -53 if x64 else 2.0 ** -24
+            bound = 2 * eps * (mag + np.abs(want)) + cnt * gen_rows * 8 * np.abs(g).max() * np.abs(f).max() * 2.0 ** -61
+            assert np.abs(want).max() > 0 and outs[0].shape == want.shape
+            err = np.abs(outs[0].astype(np.float64) - want)
+            assert np.all(err <= bound), float(np.max(err / bound))
+
+
+@pytest.mark.gpu
+def test_gpu_jitc_scatter_infinities_nans_and_edges(rng, deterministic):
+    """JITC scatter under the switch: infinite and NaN spikes give what float sums give (an output that meets
+    +inf only is inf, both infinities or a NaN give NaN); no active spike gives zeros; zero generated rows
+    give zeros; and the gradient of a JITC gather (which runs through the scatter) repeats bit for bit."""
+    gen_rows, gen_cols, prob = 300, 50, 0.2
+    params = (jnp.float32(-1.0), jnp.float32(1.0))
+    seed = int(rng.integers(0, 2 ** 31))
+    m = np.asarray(xlakern.jitu(*params, prob, seed, shape=(gen_rows, gen_cols))).astype(np.float64)
+    v = rng.uniform(-2, 2, gen_rows).astype(np.float32)
+    v[[3, 7, 11]] = [np.inf, -np.inf, np.nan]
+    out = np.asarray(xlakern.jitumv(*params, prob, jnp.asarray(v), seed, shape=(gen_rows, gen_cols), transpose=True))
+    with np.errstate(invalid="ignore"):
+        want = np.where(m != 0, m * v[:, None].astype(np.float64), 0).sum(axis=0)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(out) & (out > 0), np.isinf(want) & (want > 0))
+    assert np.isinf(want).any() and np.isnan(want).any() and np.isfinite(want).any()
+    ok = np.isfinite(want)
+    mag = np.abs(m).T @ np.abs(np.where(np.isfinite(v), v, 0))
+    np.testing.assert_array_less(np.abs(out[ok] - want[ok]), 4 * 2.0 ** -24 * mag[ok] + 1e-30)
+    zero = np.asarray(xlakern.binary_jitumv(*params, prob, jnp.zeros(gen_rows, bool), seed, shape=(gen_rows, gen_cols),
+                                            transpose=True))
+    assert zero.shape == (gen_cols,) and not zero.any()
+    empty = np.asarray(xlakern.jitumv(*params, prob, jnp.zeros((0,), jnp.float32), seed, shape=(0, gen_cols),
+                                      transpose=True))
+    assert empty.shape == (gen_cols,) and not empty.any()
+    c = rng.standard_normal(gen_rows).astype(np.float32)
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(jnp.asarray(c) * xlakern.jitumv(*params, prob, x, seed,
+                                                                             shape=(gen_rows, gen_cols)))))
+    x = jnp.asarray(rng.standard_normal(gen_cols), jnp.float32)
+    gs = [np.asarray(grad(x)) for _ in range(4)]
+    for y in gs[1:]:
+        np.testing.assert_array_equal(y, gs[0])
+    np.testing.assert_allclose(gs[0], m.T @ c.astype(np.float64), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu

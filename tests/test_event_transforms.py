@@ -667,7 +667,8 @@ def test_kernel_sources_ship_in_the_package():
     assert {p.name for p in KERNEL_DIR.iterdir()} >= {
         "event_cpu.cc", "event_cuda.cu", "event_common.h", "event_sparse_cpu.h", "event_sparse_cuda.cuh",
         "event_indexed_cpu.cc", "event_indexed_cuda.cu", "csr_slice_cpu.cc", "csr_slice_cuda.cu", "csr_rows.h",
-        "csr_synapse_cpu.cc", "csr_synapse_cuda.cu", "csr_tools_common.h", "event_exact_scatter_cuda.cuh"}
+        "csr_synapse_cpu.cc", "csr_synapse_cuda.cu", "csr_tools_common.h", "event_exact_scatter_cuda.cuh",
+        "exact_sums_cuda.cuh"}
 
 
 def test_plain_import_leaves_the_event_subpackage_for_first_use():

@@ -180,12 +180,16 @@ def set_deterministic(enable: Optional[bool] = True) -> None:
     differ in its last bits from run to run; a chaotic network's spike trains then part after a while.
     With this on, the stored-layout scatters (``CSR``, ``CSC``, ``FixedNumPerPre``/``Post``: the
     ``binary_csrmv/mm``, ``csrmv/mm``, ``binary_fcnmv/mm`` and ``fcnmv/mm`` products in their scatter
-    orientation, their ``@``, and the gradients that run through them) sum in 64-bit fixed point
-    instead, in three passes: the same bits on every run, at about twice the time. Each addend is rounded
-    to 2^-62 of (number of addends x largest addend): far below float32's rounding, but coarser than
-    float64's (about 2^-40 of the largest addend). Infinities and NaNs give what float sums give. The
-    dense scatter (``binary_densemv/mm``, ``s @ W``) splits no rows into slices that add atomically: each
-    column is summed by one thread, or its slices in a thread block cluster.
+    orientation, their ``@``, ``binary_csrmv/mm_indexed``, and the gradients that run through them) sum
+    in 64-bit fixed point instead, in three passes: the same bits on every run, at about twice the time.
+    Each addend is rounded to 2^-62 of (number of addends x largest addend): far below float32's
+    rounding, but coarser than float64's (about 2^-40 of the largest addend). Infinities and NaNs give
+    what float sums give. The JITC scatters (the ``jit{s,u,n}mv/mm`` products whose generated rows meet
+    the spikes, and their ``@``) sum in the same fixed point, scaled from a bound on each addend (the
+    weight law's largest weight times the largest spike) instead of a measuring pass; each addend is
+    rounded to 2^-62 of (generated rows x that bound). The dense scatter (``binary_densemv/mm``,
+    ``s @ W``) splits no rows into slices that add atomically: each column is summed by one thread, or
+    its slices in a thread block cluster.
     Other GPU products that add atomically stay as they are, and tracing one with this on warns once
     (:class:`xlakern.NotReproducibleWarning`). CPU kernels give the same bits on every run anyway (on one
     machine: a CPU scatter's split follows its thread count).

@@ -23,9 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad
 
-from .. import XLACustomKernel, general_batching_rule
+from .. import XLACustomKernel, config, general_batching_rule
 from ._errors import EventShapeError
-from ._kernels import operand_module, SDS, call_product, note_atomic_sums, spike_factor
+from ._kernels import operand_module, SDS, call_product, exact_scratch, spike_factor
 
 KINDS = {"s": 0, "u": 1, "n": 2}
 QTABLE_SIZE = 65537
@@ -235,17 +235,19 @@ class _JitcKind:
         kind = self.kind
 
         # The CUDA entry point also takes log_keep (ln(1 - prob), the float64 the table was built from),
-        # with which its mv gather decides skips without the table where that is long.
+        # with which its mv gather decides skips without the table where that is long, and
+        # `deterministic`: under config.set_deterministic its scatter sums in fixed point, in a scratch
+        # of exact_scratch's size.
         def compiled(module_fn, cuda: bool):
             def generator(outs, transpose, shape, log_keep=0.0):
-                extra = {"log_keep": float(log_keep)} if cuda else {}
-                if cuda and transpose:
-                    note_atomic_sums(op.name + " (scatter over generated rows)")
+                exact = cuda and transpose and config.get_deterministic()
+                extra = {"log_keep": float(log_keep), "deterministic": exact} if cuda else {}
                 def run(params, seed, table, qtable, v):
                     mod = module_fn(params.dtype, None, v.dtype, binary)
                     return call_product(mod.jitc_mv, params, seed, table, qtable, v, out=outs[0],
                                         scratch=cuda, spike_cols=shape[1], grows=shape[0], gcols=shape[1], kind=kind,
-                                        transpose=transpose, binary=binary, **extra)
+                                        transpose=transpose, binary=binary,
+                                        room=exact_scratch(outs[0]) if exact else None, **extra)
                 return run
             return generator
 

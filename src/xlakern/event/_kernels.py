@@ -206,8 +206,9 @@ def note_atomic_sums(product: str) -> None:
         return
     _warned_atomic_sums.add(product)
     warnings.warn(f"{product} on the GPU adds with float atomics, so its output may differ in its last bits from "
-                  f"run to run even with xlakern.config.set_deterministic(True), which covers the stored-layout and "
-                  f"dense scatters (CSR, CSC, FixedNumPerPre/Post, dense) only", NotReproducibleWarning, stacklevel=2)
+                  f"run to run even with xlakern.config.set_deterministic(True), which covers the stored-layout, "
+                  f"dense and JITC scatters (CSR, CSC, FixedNumPerPre/Post, indexed CSR, dense, JITC*) only",
+                  NotReproducibleWarning, stacklevel=2)
 
 
 def spike_factor(spikes, binary: bool, dtype):
@@ -473,31 +474,29 @@ class _Family:
         family = self.family
 
         def compiled(module_fn, gpu: bool):
-            scratch = gpu and not self.indexed  # the plain CUDA entry points take a scratch output
             def generator(outs, transpose, shape=None):
                 def run(*args):
                     data, indices, indptr, spikes, nconn, perm = self._split(args)
                     index_dtype = None if indices is None else indices.dtype
                     mod = module_fn(data.dtype, index_dtype, spikes.dtype, binary)
-                    if perm is not None:
-                        if gpu and transpose:
-                            note_atomic_sums(op.name + " (scatter)")
-                        return mod.event_sparse_indexed(data, indices, indptr, perm, spikes, outs=outs[0],
-                                                        nrows=shape[0], ncols=shape[1], transpose=transpose,
-                                                        binary=binary)
+                    # the CUDA scatters sum reproducibly (in fixed point) under config.set_deterministic
+                    exact = gpu and transpose and config.get_deterministic()
+                    on_gpu = {"deterministic": exact} if gpu else {}
+                    if perm is not None:  # (the CUDA entry's scratch serves only its reproducible scatter)
+                        return call_product(mod.event_sparse_indexed, data, indices, indptr, perm, spikes,
+                                            out=outs[0], scratch=gpu, spike_cols=shape[1], nrows=shape[0],
+                                            ncols=shape[1], transpose=transpose, binary=binary,
+                                            room=exact_scratch(outs[0]) if exact else SDS((1,), jnp.uint32),
+                                            **on_gpu)
                     if family == "dense":  # (its CUDA scatter adds no slices atomically under set_deterministic)
                         return mod.event_dense(data, spikes, outs=outs[0], transpose=transpose, binary=binary,
-                                               **({"deterministic": transpose and config.get_deterministic()}
-                                                  if gpu else {}))
+                                               **on_gpu)
                     if indptr is None:  # fixed count per row: the kernel ignores indptr
                         indptr = jnp.zeros((1,), indices.dtype)
-                    # the CUDA scatter sums reproducibly (in fixed point) under config.set_deterministic
-                    exact = gpu and transpose and config.get_deterministic()
                     return call_product(mod.event_sparse, data, indices.reshape(-1), indptr, spikes, out=outs[0],
-                                        scratch=scratch, spike_cols=shape[1], spike_bytes=True, nrows=shape[0],
+                                        scratch=gpu, spike_cols=shape[1], spike_bytes=True, nrows=shape[0],
                                         ncols=shape[1], nconn=nconn, transpose=transpose, binary=binary,
-                                        room=exact_scratch(outs[0]) if exact else None,
-                                        **({"deterministic": exact} if gpu else {}))
+                                        room=exact_scratch(outs[0]) if exact else None, **on_gpu)
                 return run
             return generator
 

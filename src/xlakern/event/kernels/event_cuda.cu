@@ -671,7 +671,8 @@ void event_sparse(const xk::Tensor data, const xk::Tensor indices, const xk::Ten
       using A = typename AccOf<W>::type;
       using I = typename decltype(it)::type;
       using S = typename decltype(stag)::type;
-      launch_exact_scatter(data.data_ptr<W>(), indices.data_ptr<I>(), nconn >= 0 ? nullptr : indptr.data_ptr<I>(),
+      launch_exact_scatter<false>(data.data_ptr<W>(), static_cast<const I*>(nullptr), indices.data_ptr<I>(),
+                           nconn >= 0 ? nullptr : indptr.data_ptr<I>(),
                            spikes.data_ptr<S>(), out.data_ptr<A>(), sums, nrows, ncols, batch, nse, nconn, homo, rule,
                            st);
     });

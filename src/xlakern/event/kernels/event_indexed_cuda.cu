@@ -4,18 +4,22 @@
 // so a scatter reads the weights of active rows only, never a gathered copy of all of them. The gather
 // is the plain one (not the bitmask gather of event_cuda.cu): its weight reads are random anyway.
 // Same attributes, orientation, output dtype and out-of-range policy as event_sparse; a perm entry
-// outside [0, nse) reads weight 0.
+// outside [0, nse) reads weight 0. With `deterministic` the scatter sums in fixed point, the same bits on
+// every run (event_exact_scatter_cuda.cuh), in `scratch` of exact_scatter_words(outputs) words; otherwise
+// `scratch` is unused.
 
 #include <cuda_runtime.h>
 #include <cstdint>
 
 #include "event_common.h"
+#include "event_exact_scatter_cuda.cuh"
 #include "event_sparse_cuda.cuh"
 
-// @xk event_sparse_indexed arg arg arg arg arg ret attr.nrows:int64 attr.ncols:int64 attr.transpose:bool attr.binary:bool stream
+// @xk event_sparse_indexed arg arg arg arg arg ret ret attr.nrows:int64 attr.ncols:int64 attr.transpose:bool attr.binary:bool attr.deterministic:bool stream
 void event_sparse_indexed(const xk::Tensor data, const xk::Tensor indices, const xk::Tensor indptr,
-                          const xk::Tensor perm, const xk::Tensor spikes, xk::Tensor out, int64_t nrows, int64_t ncols,
-                          bool transpose, bool binary, int64_t stream) {
+                          const xk::Tensor perm, const xk::Tensor spikes, xk::Tensor out, xk::Tensor scratch,
+                          int64_t nrows, int64_t ncols, bool transpose, bool binary, bool deterministic,
+                          int64_t stream) {
   using namespace xk_event;
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   const int64_t batch = batch_of(spikes), nse = indices.numel();
@@ -23,6 +27,20 @@ void event_sparse_indexed(const xk::Tensor data, const xk::Tensor indices, const
   check_sparse(data, indices, indptr, spikes, out, nrows, ncols, -1, transpose);
   XK_CHECK(homo || perm.numel() == nse) << "perm must hold one weight index per synapse";
   XK_CHECK(homo || perm.dtype() == indices.dtype()) << "perm must have the dtype of indices";
+  if (transpose && deterministic) {
+    const ExactSums sums = exact_sums(scratch, out.numel());
+    dispatch_sparse(data, indices, spikes, binary, [&](auto wt, auto it, auto stag, auto rule) {
+      using W = typename decltype(wt)::type;
+      using A = typename AccOf<W>::type;
+      using I = typename decltype(it)::type;
+      using S = typename decltype(stag)::type;
+      launch_exact_scatter<true>(data.data_ptr<W>(), homo ? nullptr : perm.data_ptr<I>(), indices.data_ptr<I>(),
+                                 indptr.data_ptr<I>(), spikes.data_ptr<S>(), out.data_ptr<A>(), sums, nrows, ncols,
+                                 batch, nse, int64_t(-1), homo, rule, st);
+    });
+    XK_CHECK_LAUNCH();
+    return;
+  }
   PlainLaunch launch;
   if (!plain_launch(out, nrows, batch, transpose, st, launch)) return;
   const dim3 grid = launch.grid;

@@ -235,10 +235,12 @@ void launch_gather_mv(const Product& p, int lanes, int rounds, SpikeScratch scra
 // too wide for shared memory packs its spikes; any smaller array leaves it to read the spikes instead.
 // `log_keep` is ln(1 - p), the float64 the skip table was built from (skip_table in _jitc_kernels.py),
 // which lets the mv gather decide skips without the table (ExactSkip); 0 where not known.
-// @xk jitc_mv arg arg arg arg arg ret ret attr.grows:int64 attr.gcols:int64 attr.kind:int64 attr.transpose:bool attr.binary:bool attr.log_keep:float64 stream
+// With `deterministic` the scatter (transpose) sums in fixed point, the same bits on every run
+// (exact_sums_cuda.cuh); `scratch` then holds exact_scatter_words(outputs) words.
+// @xk jitc_mv arg arg arg arg arg ret ret attr.grows:int64 attr.gcols:int64 attr.kind:int64 attr.transpose:bool attr.binary:bool attr.log_keep:float64 attr.deterministic:bool stream
 void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor table, const xk::Tensor qtable,
              const xk::Tensor spikes, xk::Tensor out, xk::Tensor scratch, int64_t grows, int64_t gcols, int64_t kind,
-             bool transpose, bool binary, double log_keep, int64_t stream) {
+             bool transpose, bool binary, double log_keep, bool deterministic, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   check_args(params, seed, table, qtable, out, kind);
   const int64_t batch = batch_of(spikes);
@@ -246,10 +248,15 @@ void jitc_mv(const xk::Tensor params, const xk::Tensor seed, const xk::Tensor ta
   XK_CHECK(out.numel() == (transpose ? gcols : grows) * batch) << "output size does not match the matrix";
   if (out.numel() == 0) return;
   const GpuLimits gpu = transpose ? gpu_limits() : GpuLimits{};  // the scatter's (the gathers ask their own)
-  const bool after_clear = transpose && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st, gpu);
-  if (grows == 0) return;
   const Gen g{seed.data_ptr<uint32_t>(), table.data_ptr<uint32_t>(), table.numel(), grows, gcols, kind};
   const Product product{g, params, qtable, spikes, out, batch, binary, st};
+  if (transpose && deterministic) {
+    launch_exact_scatter_product(product, exact_sums(scratch, out.numel()), gpu);
+    XK_CHECK_LAUNCH();
+    return;
+  }
+  const bool after_clear = transpose && clear_before_adds(out.data_ptr(), int64_t(out.nbytes()), st, gpu);
+  if (grows == 0) return;
   const int lanes = transpose ? 1 : gather_lanes(g.ntable, grows, gcols);
   const int rounds = lanes == 32 ? gather_rounds(g.ntable, gcols) : 1;  // the mv gather's
   if (transpose) {

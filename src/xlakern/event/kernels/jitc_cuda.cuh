@@ -42,6 +42,7 @@
 #include <initializer_list>
 
 #include "event_common.h"
+#include "exact_sums_cuda.cuh"
 #include "jitc_common.h"
 
 namespace xk_jitc_cuda {
@@ -487,6 +488,8 @@ void with_typed_operands(const Product& p, F&& f) {
 
 // The scatter (jitc_cuda_scatter.cu): the output was cleared (after_clear: by a launch it must wait for).
 void launch_scatter_product(const Product& p, bool after_clear, const GpuLimits& gpu);
+// The scatter with reproducible sums in `sums` (exact_sums_cuda.cuh): writes every output, cleared or not.
+void launch_exact_scatter_product(const Product& p, ExactSums sums, const GpuLimits& gpu);
 
 // The mv gather as planned (jitc_cuda_mv_*.cu, one file per MvSkips): `lanes` a row and `rounds` of
 // draws a lane, with `budget` bytes of shared memory a block may opt in to.

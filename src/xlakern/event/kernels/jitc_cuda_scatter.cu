@@ -1,7 +1,12 @@
 // The JITC scatter (Aᵀ s: each active row's synapses atomicAdd-ed into the output), in a translation unit
-// of its own so that it compiles beside the others (jitc_cuda.cuh).
+// of its own so that it compiles beside the others (jitc_cuda.cuh); with xlakern.config.set_deterministic,
+// the same walk adds in fixed point instead (exact_sums_cuda.cuh).
+
+#include <cfloat>
+#include <type_traits>
 
 #include "jitc_cuda.cuh"
+#include "exact_sums_cuda.cuh"
 
 namespace xk_jitc_cuda {
 
@@ -16,9 +21,26 @@ namespace {
 constexpr int kScatterWarps = 8;
 constexpr int kScatterThreads = kScatterWarps * 32;
 
-template <int T, int U, typename A, typename S, bool Binary>
+// Where the scatter's adds go (`start` is called once a block has an active row, before any add):
+// float atomicAdds into the output, cleared first,
+template <typename A>
+struct FloatAdds {
+  A* out;
+  __device__ __forceinline__ void start() {}
+  __device__ __forceinline__ void operator()(int64_t o, A x) const { atomicAdd(out + o, x); }
+};
+// or the reproducible sums, at the scale of the bound exact_bound_kernel wrote.
+struct FixedAdds {
+  ExactSums sums;
+  int scale;
+  __device__ __forceinline__ void start() { scale = exact_scale(sums.header); }
+  template <typename A>
+  __device__ __forceinline__ void operator()(int64_t o, A x) const { exact_add(sums, scale, o, double(x)); }
+};
+
+template <int T, int U, typename A, typename S, bool Binary, typename Adds>
 __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, const A* params, const A* q, const S* spk,
-                                                                  A* out, int64_t batch, SpikeRule<S, Binary> rule,
+                                                                  Adds adds, int64_t batch, SpikeRule<S, Binary> rule,
                                                                   int rows) {
   constexpr int kTeams = kScatterWarps / T;
   __shared__ int32_t listed[kScatterThreads];  // the block's rows with an active spike (offsets)
@@ -46,6 +68,7 @@ __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, cons
   if (any) listed[before + __popc(ballot & ((1u << lane) - 1u))] = tid;
   __syncthreads();
   if (listed_n == 0) return;  // the whole block
+  adds.start();
   const uint32_t seed = *g.seed;
   const float inv_log_keep = inv_log_keep_of(g.table, g.ntable);
   const Weights<A> wt(params, g.kind, q);
@@ -65,10 +88,10 @@ __global__ void __launch_bounds__(kScatterThreads, 3) scatter_kernel(Gen g, cons
         pdl_wait();
         cleared = true;
       }
-      A* o = out + c * batch + j0;
+      const int64_t o = c * batch + j0;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j)
-        if (j < nb && rule.active(sv[j])) atomicAdd(o + j, w * rule.template value<A>(sv[j]));
+        if (j < nb && rule.active(sv[j])) adds(o + j, w * rule.template value<A>(sv[j]));
     };
     if constexpr (T == 1)
       walk_row<32, U>(Lanes<32>::of_thread(), key, g.gcols, GlobalSkip{g.table, g.ntable, inv_log_keep}, add);
@@ -118,25 +141,80 @@ int scatter_rows(int64_t grows, int64_t batch_chunks, int team_warps, int64_t sm
   return rows;
 }
 
-template <int T, int U, typename A, typename S, bool Binary>
-void launch_scatter(const Gen& g, const A* p, const A* q, const S* v, A* o, int64_t batch, SpikeRule<S, Binary> rule,
-                    unsigned chunks, bool after_clear, const GpuLimits& gpu, cudaStream_t st) {
+template <int T, int U, typename A, typename S, bool Binary, typename Adds>
+void launch_scatter(const Gen& g, const A* p, const A* q, const S* v, Adds adds, int64_t batch,
+                    SpikeRule<S, Binary> rule, unsigned chunks, bool after_clear, const GpuLimits& gpu,
+                    cudaStream_t st) {
   const int rows = scatter_rows(g.grows, chunks, T, gpu.sms);
   const dim3 grid(unsigned((g.grows + rows - 1) / rows), chunks);
-  launch_after_clear(after_clear, scatter_kernel<T, U, A, S, Binary>, grid, dim3(kScatterThreads), 0, st, g, p, q,
-                     v, o, batch, rule, rows);
+  launch_after_clear(after_clear, scatter_kernel<T, U, A, S, Binary, Adds>, grid, dim3(kScatterThreads), 0, st, g,
+                     p, q, v, adds, batch, rule, rows);
+}
+
+// The scatter of every team size, by scatter_draws.
+template <typename A, typename S, bool Binary, typename Adds>
+void launch_scatter_for_rows(const Product& p, const A* params, const A* q, const S* v, Adds adds,
+                             SpikeRule<S, Binary> rule, bool after_clear, const GpuLimits& gpu) {
+  const unsigned chunks = unsigned((p.batch + kChunk - 1) / kChunk);
+  switch (scatter_draws(p.g.ntable, p.g.gcols)) {
+    case 1024: launch_scatter<8, 4>(p.g, params, q, v, adds, p.batch, rule, chunks, after_clear, gpu, p.st); break;
+    case 512: launch_scatter<4, 4>(p.g, params, q, v, adds, p.batch, rule, chunks, after_clear, gpu, p.st); break;
+    case 128: launch_scatter<1, 4>(p.g, params, q, v, adds, p.batch, rule, chunks, after_clear, gpu, p.st); break;
+    default: launch_scatter<1, 1>(p.g, params, q, v, adds, p.batch, rule, chunks, after_clear, gpu, p.st); break;
+  }
+}
+
+// The header of a reproducible scatter, from the operands alone (no walk of the matrix): a bound on
+// |addend|, the law's largest |weight| (|a| + |b| max|r|: r in (0, 1] uniform, within the ascending
+// quantile table's ends normal, 0 scalar) times the largest finite active |spike| (1 for binary spikes),
+// with a margin of 2^-10 for the weight's and the product's roundings; and count = grows, as a generated
+// row reaches a column at most once (its skips are >= 1). A bound that is not finite (non-finite
+// parameters, whose addends are all flagged) is clamped, so the scale stays defined.
+template <typename A, typename S, bool Binary>
+__global__ void __launch_bounds__(256) exact_bound_kernel(Gen g, const A* params, const A* q, const S* spk, int64_t n,
+                                                          SpikeRule<S, Binary> rule, ExactSums sums) {
+  const double r_max = g.kind == kUniform ? 1.0
+                       : g.kind == kNormal ? fmax(fabs(double(q[0])), fabs(double(q[65536])))
+                                           : 0.0;
+  const double w_max = fabs(double(params[0])) + fabs(double(params[1])) * r_max;
+  double s_max = Binary ? 1.0 : 0.0;
+  if constexpr (!Binary) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+      const double x = fabs(double(rule.template value<A>(spk[i])));
+      if (rule.active(spk[i]) && x <= DBL_MAX) s_max = fmax(s_max, x);
+    }
+    for (int o = 16; o > 0; o >>= 1) s_max = fmax(s_max, __shfl_down_sync(kFullWarp, s_max, o));
+  }
+  if ((threadIdx.x & 31) != 0 || (Binary && (blockIdx.x | threadIdx.x) != 0)) return;
+  double bound = w_max * s_max * (1.0 + 0x1p-10);
+  if (!(bound <= DBL_MAX)) bound = DBL_MAX;
+  atomicMax(sums.header, (unsigned long long)__double_as_longlong(bound));
+  if ((blockIdx.x | threadIdx.x) == 0) sums.header[1] = (unsigned long long)g.grows;
 }
 }  // namespace
 
 void launch_scatter_product(const Product& p, bool after_clear, const GpuLimits& gpu) {
-  const unsigned chunks = unsigned((p.batch + kChunk - 1) / kChunk);
   with_typed_operands(p, [&](const auto* params, const auto* q, const auto* v, auto* o, auto rule) {
-    switch (scatter_draws(p.g.ntable, p.g.gcols)) {
-      case 1024: launch_scatter<8, 4>(p.g, params, q, v, o, p.batch, rule, chunks, after_clear, gpu, p.st); break;
-      case 512: launch_scatter<4, 4>(p.g, params, q, v, o, p.batch, rule, chunks, after_clear, gpu, p.st); break;
-      case 128: launch_scatter<1, 4>(p.g, params, q, v, o, p.batch, rule, chunks, after_clear, gpu, p.st); break;
-      default: launch_scatter<1, 1>(p.g, params, q, v, o, p.batch, rule, chunks, after_clear, gpu, p.st); break;
+    launch_scatter_for_rows(p, params, q, v, FloatAdds<std::remove_cv_t<std::remove_pointer_t<decltype(o)>>>{o},
+                            rule, after_clear, gpu);
+  });
+}
+
+void launch_exact_scatter_product(const Product& p, ExactSums sums, const GpuLimits& gpu) {
+  const int64_t n = p.out.numel();
+  clear_exact_sums(sums, n, p.st);
+  with_typed_operands(p, [&](const auto* params, const auto* q, const auto* v, auto* o, auto rule) {
+    using A = std::remove_cv_t<std::remove_pointer_t<decltype(o)>>;
+    using S = std::remove_cv_t<std::remove_pointer_t<decltype(v)>>;
+    constexpr bool kBinary = decltype(rule)::kBinary;
+    if (p.g.grows > 0) {
+      const int64_t spikes = p.g.grows * p.batch;
+      const int64_t blocks = kBinary ? 1 : std::max<int64_t>(std::min<int64_t>((spikes + 255) / 256, gpu.sms * 4), 1);
+      exact_bound_kernel<A, S, kBinary><<<unsigned(blocks), kBinary ? 32 : 256, 0, p.st>>>(p.g, params, q, v, spikes,
+                                                                                          rule, sums);
+      launch_scatter_for_rows(p, params, q, v, FixedAdds{sums, 0}, rule, false, gpu);
     }
+    exact_finish(sums, o, n, p.st);
   });
 }
 
