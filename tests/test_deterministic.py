@@ -4,6 +4,7 @@ bits on every run), the switch reaches jitted code, and products it does not cov
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -15,6 +16,8 @@ import pytest
 
 import xlakern
 from _event_cases import OPS, random_fcn
+from test_event_transforms import HAVE_NVCC
+from conftest import gpu_available
 
 
 @pytest.fixture
@@ -74,6 +77,44 @@ def test_switch_retraces_jitted_code(rng):
         xlakern.config.set_deterministic(None)
     f(s)
     assert len(traces) == 2
+
+
+@pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not installed (the CUDA kernels are compiled to lower for CUDA)")
+def test_switch_reaches_every_cuda_scatter_after_a_first_trace(rng, monkeypatch):
+    """Each covered CUDA scatter, lowered for CUDA (built for sm_90 where JAX sees no GPU): the same jitted
+    function lowered before and after switching on asks its kernel for fixed-point sums the second time
+    (XLACustomKernel caches kernel generators across the switch, so the setting must be read at lowering)."""
+    if not gpu_available():
+        monkeypatch.setenv("XLAKERN_CUDA_ARCH", "90")
+    rows, cols, k = 60, 50, 4
+    dense, w, idx = random_fcn(rng, rows, cols, k)
+    w32, idx32 = jnp.asarray(w, jnp.float32), jnp.asarray(idx, jnp.int32)
+    ptr = jnp.arange(0, rows * k + 1, k, dtype=jnp.int32)
+    s = jnp.asarray(rng.random(rows) < 0.3)
+    S = jnp.asarray(rng.random((rows, 3)) < 0.3)
+    products = {
+        "csr": lambda: xlakern.binary_csrmv(w32.reshape(-1), idx32.reshape(-1), ptr, s, shape=(rows, cols),
+                                            transpose=True),
+        "fcn mm": lambda: xlakern.binary_fcnmm(w32, idx32, S, shape=(rows, cols), transpose=True),
+        "indexed": lambda: xlakern.binary_csrmv_indexed(w32.reshape(-1), idx32.reshape(-1), ptr,
+                                                        jnp.arange(rows * k, dtype=jnp.int32), s, shape=(rows, cols),
+                                                        transpose=True),
+        "dense": lambda: xlakern.binary_densemv(jnp.asarray(dense, jnp.float32), s, transpose=True),
+        "jitc mv": lambda: xlakern.binary_jitumv(-1.0, 1.0, 0.1, s, 7, shape=(rows, cols), transpose=True),
+        "jitc mm": lambda: xlakern.jitnmm(0.0, 1.0, 0.1, S.astype(jnp.float32), 7, shape=(rows, cols),
+                                          transpose=True),
+    }
+    try:
+        for name, product in products.items():
+            f = jax.jit(lambda: product())
+            seen = []
+            for on in (False, True):
+                xlakern.config.set_deterministic(on)
+                text = f.trace().lower(lowering_platforms=("cuda",)).as_text()
+                seen.append(sorted(set(re.findall(r"deterministic = (true|false)", text))))
+            assert seen == [["false"], ["true"]], (name, seen)
+    finally:
+        xlakern.config.set_deterministic(None)
 
 
 def test_exact_scratch_size():

@@ -240,9 +240,10 @@ class _JitcKind:
         # of exact_scratch's size.
         def compiled(module_fn, cuda: bool):
             def generator(outs, transpose, shape, log_keep=0.0):
-                exact = cuda and transpose and config.get_deterministic()
-                extra = {"log_keep": float(log_keep), "deterministic": exact} if cuda else {}
                 def run(params, seed, table, qtable, v):
+                    # read at each lowering: XLACustomKernel caches this generator across the switch
+                    exact = cuda and transpose and config.get_deterministic()
+                    extra = {"log_keep": float(log_keep), "deterministic": exact} if cuda else {}
                     mod = module_fn(params.dtype, None, v.dtype, binary)
                     return call_product(mod.jitc_mv, params, seed, table, qtable, v, out=outs[0],
                                         scratch=cuda, spike_cols=shape[1], grows=shape[0], gcols=shape[1], kind=kind,

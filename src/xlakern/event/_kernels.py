@@ -480,6 +480,7 @@ class _Family:
                     index_dtype = None if indices is None else indices.dtype
                     mod = module_fn(data.dtype, index_dtype, spikes.dtype, binary)
                     # the CUDA scatters sum reproducibly (in fixed point) under config.set_deterministic
+                    # (read at each lowering: XLACustomKernel caches this generator across the switch)
                     exact = gpu and transpose and config.get_deterministic()
                     on_gpu = {"deterministic": exact} if gpu else {}
                     if perm is not None:  # (the CUDA entry's scratch serves only its reproducible scatter)
