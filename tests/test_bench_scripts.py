@@ -104,12 +104,13 @@ def test_bench_jitc_capacity_runs(tmp_path):
 def test_bench_deterministic_runs(tmp_path):
     js = tmp_path / "det.json"
     text = _run(["bench/bench_deterministic.py", "--cases", "900:0.05", "indexed:900:0.05", "jitc:900:0.05:30",
-                 "--rounds", "1", "--calls", "1", "--json", str(js)], tmp_path)
-    for product in ("s @ CSR", "s @ CSR, indexed", "s @ JITC uniform"):
+                 "lif:900:0", "--rounds", "1", "--calls", "1", "--json", str(js)], tmp_path)
+    for product in ("s @ CSR", "s @ CSR, indexed", "s @ JITC uniform", "run_lif_network, w per synapse"):
         row = next(line for line in text.splitlines() if line.startswith(f"| {product} | 900 |"))
         assert row.count("µs") == 2 and row.endswith("| True | True | ok |"), row  # the CPU's sums are reproducible
     data = json.loads(js.read_text())["tables"][0]["data"]
-    assert [d["product"] for d in data] == ["csr", "indexed", "jitc"] and data[2]["k"] == 30
+    assert [d["product"] for d in data] == ["csr", "indexed", "jitc", "lif"] and data[2]["k"] == 30
+    assert 0 < data[3]["rate"] < 1  # the network's own activity
     assert all(d["deterministic_runs_equal"] for d in data)
 
 

@@ -81,9 +81,11 @@ def test_switch_retraces_jitted_code(rng):
 
 @pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not installed (the CUDA kernels are compiled to lower for CUDA)")
 def test_switch_reaches_every_cuda_scatter_after_a_first_trace(rng, monkeypatch):
-    """Each covered CUDA scatter, lowered for CUDA (built for sm_90 where JAX sees no GPU): the same jitted
-    function lowered before and after switching on asks its kernel for fixed-point sums the second time
-    (XLACustomKernel caches kernel generators across the switch, so the setting must be read at lowering)."""
+    """Each covered CUDA scatter (and the fused LIF network with weights per synapse), lowered for CUDA (built
+    for sm_90 where JAX sees no GPU): the same jitted function lowered before and after switching on asks its
+    kernel for fixed-point sums the second time (XLACustomKernel caches kernel generators across the switch,
+    so the setting must be read at lowering)."""
+    from xlakern.event import LIFParams, LIFState, run_lif_network
     if not gpu_available():
         monkeypatch.setenv("XLAKERN_CUDA_ARCH", "90")
     rows, cols, k = 60, 50, 4
@@ -103,6 +105,10 @@ def test_switch_reaches_every_cuda_scatter_after_a_first_trace(rng, monkeypatch)
         "jitc mv": lambda: xlakern.binary_jitumv(-1.0, 1.0, 0.1, s, 7, shape=(rows, cols), transpose=True),
         "jitc mm": lambda: xlakern.jitnmm(0.0, 1.0, 0.1, S.astype(jnp.float32), 7, shape=(rows, cols),
                                           transpose=True),
+        "lif network": lambda: run_lif_network(LIFState.initial(jnp.full((rows,), -55.0)),
+                                               xlakern.FixedNumPerPre((w32[:40], idx32[:40] % rows), shape=(40, rows)),
+                                               xlakern.FixedNumPerPre((w32[40:], idx32[40:] % rows), shape=(20, rows)),
+                                               LIFParams(), 3),
     }
     try:
         for name, product in products.items():
@@ -115,6 +121,42 @@ def test_switch_reaches_every_cuda_scatter_after_a_first_trace(rng, monkeypatch)
             assert seen == [["false"], ["true"]], (name, seen)
     finally:
         xlakern.config.set_deterministic(None)
+
+
+@pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not installed (the CUDA kernels are compiled to lower for CUDA)")
+def test_uncovered_products_warn_after_a_first_trace(rng, monkeypatch):
+    """A GPU product the switch does not cover warns when lowered for CUDA under it, also when its jitted
+    function was first lowered with the switch off (the warning is given at lowering, not when XLACustomKernel
+    makes the kernel generator it then keeps)."""
+    from xlakern.event import _kernels
+
+    if not gpu_available():
+        monkeypatch.setenv("XLAKERN_CUDA_ARCH", "90")
+    rows, cols, k = 60, 50, 4
+    _, w, idx = random_fcn(rng, rows, cols, k)
+    w32, idx32 = jnp.asarray(w.reshape(-1), jnp.float32), jnp.asarray(idx.reshape(-1), jnp.int32)
+    ptr = jnp.arange(0, rows * k + 1, k, dtype=jnp.int32)
+    s = jnp.asarray(rng.random(rows) < 0.3)
+    delays = jnp.asarray(rng.integers(1, 4, rows * k), jnp.int32)
+    products = {
+        "csr_delay_deliver": lambda: xlakern.csr_delay_deliver(jnp.zeros((5, cols), jnp.float32), s, w32, idx32, ptr,
+                                                               delays, 0, shape=(rows, cols)),
+        "csr_slice_rows": lambda: xlakern.csr_slice_rows(w32, idx32, ptr, jnp.arange(3), shape=(rows, cols)),
+    }
+    _kernels._warned_atomic_sums.clear()
+    try:
+        for name, product in products.items():
+            f = jax.jit(lambda: product())
+            xlakern.config.set_deterministic(False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", xlakern.NotReproducibleWarning)
+                f.trace().lower(lowering_platforms=("cuda",))
+            xlakern.config.set_deterministic(True)
+            with pytest.warns(xlakern.NotReproducibleWarning, match=name):
+                f.trace().lower(lowering_platforms=("cuda",))
+    finally:
+        xlakern.config.set_deterministic(None)
+        _kernels._warned_atomic_sums.clear()
 
 
 def test_exact_scratch_size():
@@ -401,3 +443,79 @@ def test_gpu_dense_scatter_gives_the_same_bits_every_run(rng, deterministic, col
     mag = np.abs(w.astype(np.float64)).T @ np.abs(f)
     terms = np.count_nonzero(f, axis=0) + 2  # float32 sums of n terms: within (n + 2) 2^-24 of their magnitudes
     assert np.all(np.abs(outs[0] - want) <= 2.0 ** -24 * terms * mag)
+
+
+# ----------------------------------------------------------------------------- the fused LIF network
+
+def _lif_network(rng, n, n_exc, *, exc_shared: bool, special: bool = False):
+    """test_lif_network's random network with weights per synapse (the excitatory ones shared when
+    exc_shared), some weights non-finite when special."""
+    from test_lif_network import random_network
+
+    conn_e, conn_i, s = random_network(rng, n, n_exc, 80, 60, hetero=True)
+    if exc_shared:
+        conn_e = (conn_e[0], np.array([0.6], np.float32))
+    if special:  # rows that spike now, so their infinities and NaNs arrive this step
+        rows_e = np.nonzero(s["spk"][:n_exc])[0]
+        w_e = conn_e[1].copy()
+        w_e[rows_e[0], :3] = [np.inf, np.inf, np.nan]
+        w_e[rows_e[1], :2] = [-np.inf, np.inf]
+        conn_e = (conn_e[0], w_e)
+    return conn_e, conn_i, s
+
+
+def _run_lif(conn_e, conn_i, s, p, steps, mode):
+    from xlakern.event import run_lif_network
+    from test_lif_network import _conns
+
+    with jax.default_device(jax.devices("gpu")[0]):
+        ce, ci = _conns(conn_e, conn_i, s["v"].shape[0])
+        out, count = run_lif_network({k: jnp.asarray(x) for k, x in s.items()}, ce, ci, p, steps, backend="cuda",
+                                     gpu_mode=mode)
+    return {k: np.asarray(x) for k, x in out.items()}, np.asarray(count)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["block", "grid", "stream"])
+@pytest.mark.parametrize("variant", ["coba_euler", "cuba_exp"])
+@pytest.mark.parametrize("exc_shared", [False, True], ids=["per-synapse", "exc-shared"])
+def test_gpu_lif_network_gives_the_same_bits_every_run(rng, deterministic, mode, variant, exc_shared):
+    """Weights per synapse sum in fixed point: three runs of 300 steps give the same bits (state and spike
+    counts), one call of 300 steps equals 300 calls of one step exactly, and a first step matches the
+    float64 model (each neuron's input rounded once)."""
+    from test_lif_network import VARIANTS, assert_step_matches, numpy_step
+
+    p = VARIANTS[variant]
+    conn_e, conn_i, s = _lif_network(rng, 3001, 2400, exc_shared=exc_shared)
+    out, count = _run_lif(conn_e, conn_i, s, p, 1, mode)
+    expect, v_new = numpy_step(p, conn_e, conn_i, s)
+    assert_step_matches(p, out, count, expect, v_new)
+    runs = [_run_lif(conn_e, conn_i, s, p, 300, mode) for _ in range(3)]
+    assert runs[0][1].sum() > 300  # the network is active
+    for state, c in runs[1:]:
+        np.testing.assert_array_equal(c, runs[0][1])
+        for key in state:
+            np.testing.assert_array_equal(state[key], runs[0][0][key])
+    stepped, total = s, np.zeros(3001, np.int64)
+    for _ in range(300):
+        stepped, c = _run_lif(conn_e, conn_i, stepped, p, 1, mode)
+        total += c
+    np.testing.assert_array_equal(total, runs[0][1])
+    for key in stepped:
+        np.testing.assert_array_equal(stepped[key], runs[0][0][key])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["block", "grid", "stream"])
+def test_gpu_lif_network_infinities_and_nans_as_float_sums_give(rng, deterministic, mode):
+    """Non-finite weights go to a float side sum: +inf, NaN, and +inf with -inf arrive as the float64 model
+    gives them (inf, NaN, NaN); the finite inputs keep their fixed-point sums."""
+    from test_lif_network import VARIANTS, numpy_step
+
+    p = VARIANTS["coba_euler"]
+    conn_e, conn_i, s = _lif_network(rng, 3001, 2400, exc_shared=False, special=True)
+    out, _ = _run_lif(conn_e, conn_i, s, p, 1, mode)
+    expect, _ = numpy_step(p, conn_e, conn_i, s)
+    assert np.isinf(expect["ge"]).any() and np.isnan(expect["ge"]).any()
+    for key in ("ge", "gi"):
+        np.testing.assert_allclose(out[key], expect[key], rtol=2e-6, atol=2e-5)  # NaN where NaN, inf where inf

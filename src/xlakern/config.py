@@ -189,7 +189,9 @@ def set_deterministic(enable: Optional[bool] = True) -> None:
     weight law's largest weight times the largest spike) instead of a measuring pass; each addend is
     rounded to 2^-62 of (generated rows x that bound). The dense scatter (``binary_densemv/mm``,
     ``s @ W``) splits no rows into slices that add atomically: each column is summed by one thread, or
-    its slices in a thread block cluster.
+    its slices in a thread block cluster. :func:`xlakern.event.run_lif_network` sums each step's
+    synaptic input in the same fixed point where a population's weights differ (scaled from its largest
+    finite weight and its synapse count; equal weights give the same bits in any order already).
     Other GPU products that add atomically stay as they are, and tracing one with this on warns once
     (:class:`xlakern.NotReproducibleWarning`). CPU kernels give the same bits on every run anyway (on one
     machine: a CPU scatter's split follows its thread count).

@@ -127,9 +127,9 @@ def _slice_rows_primitive() -> XLACustomKernel:
 
     def compiled(module_fn):
         def gen(outs, shape):
-            if module_fn is _slice_cuda_module:
-                K.note_atomic_sums("csr_slice_rows (rows that repeat a column)")
             def run(data, indices, indptr, rows):
+                if module_fn is _slice_cuda_module:  # at each lowering: the generator outlives the switch
+                    K.note_atomic_sums("csr_slice_rows (rows that repeat a column)")
                 return module_fn().csr_slice_rows(data, indices, indptr, rows, outs=outs[0], ncols=shape[1])
             return run
         return gen

@@ -101,9 +101,9 @@ def _register():
 
     def compiled(module_fn):
         def generator(outs, weighted):
-            if module_fn is cuda_module:
-                note_atomic_sums("csr_delay_deliver")
             def run(*args):
+                if module_fn is cuda_module:  # at each lowering: this generator outlives set_deterministic's switches
+                    note_atomic_sums("csr_delay_deliver")
                 return module_fn().delay_deliver(*args, outs=outs[0], input_output_aliases={0: 0}, weighted=weighted)
             return run
         return generator

@@ -207,7 +207,8 @@ def note_atomic_sums(product: str) -> None:
     _warned_atomic_sums.add(product)
     warnings.warn(f"{product} on the GPU adds with float atomics, so its output may differ in its last bits from "
                   f"run to run even with xlakern.config.set_deterministic(True), which covers the stored-layout, "
-                  f"dense and JITC scatters (CSR, CSC, FixedNumPerPre/Post, indexed CSR, dense, JITC*) only",
+                  f"dense and JITC scatters (CSR, CSC, FixedNumPerPre/Post, indexed CSR, dense, JITC*) and "
+                  f"run_lif_network only",
                   NotReproducibleWarning, stacklevel=2)
 
 

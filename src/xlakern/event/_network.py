@@ -43,8 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import XLACustomKernel, load_cpp_file, load_cuda_file
-from ._kernels import known_module, note_atomic_sums
+from .. import XLACustomKernel, config, load_cpp_file, load_cuda_file
+from ._kernels import known_module
 from . import _units
 from ._arguments import as_array
 from ._errors import EventDTypeError, EventShapeError, EventUnitError
@@ -204,6 +204,14 @@ def reference_run(v, ge, gi, ref, spk, idx_e, w_e, idx_i, w_i, params, *, n_exc,
 
 # ----------------------------------------------------------------------------- primitive
 
+def lif_workspace_words(n: int, fixed: bool) -> int:
+    """Float32 words of lif_cuda.cu's workspace (its ``workspace_words``): with float sums, the grid mode's
+    input buffers or the stream mode's spike list; with fixed-point sums, a header, int64 sums and float
+    side sums, and the list."""
+    stride = (n + 3) // 4 * 4  # padded for vector access
+    return 8 + 12 * stride if fixed else 4 * stride
+
+
 def _register() -> XLACustomKernel:
     op = XLACustomKernel("lif_network_run")
     op.def_tags("event", "network")
@@ -217,11 +225,14 @@ def _register() -> XLACustomKernel:
         return run
 
     def gpu(outs, **static):
-        note_atomic_sums("run_lif_network")
         def run(*args):
-            stride = (args[0].shape[0] + 3) // 4 * 4  # input buffers padded for vector access
-            res = _cuda_module().lif_run(*args, outs=list(outs) + [SDS((4 * stride,), jnp.float32)],
-                                         input_output_aliases=state_aliases, **static)
+            # Under config.set_deterministic the kernel sums its input in fixed point where a population's
+            # weights differ (equal weights give the same bits in any order). Read here, at each lowering:
+            # XLACustomKernel keeps this generator across switches.
+            fixed = config.get_deterministic() and not (args[6].size == 1 and args[8].size == 1)
+            scratch = SDS((lif_workspace_words(args[0].shape[0], fixed),), jnp.float32)
+            res = _cuda_module().lif_run(*args, outs=list(outs) + [scratch], input_output_aliases=state_aliases,
+                                         deterministic=fixed, **static)
             return tuple(res[:6])  # the last output is the kernel's scratch (synaptic input buffers)
         return run
 
@@ -313,7 +324,10 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
 
     Returns the state after ``steps`` steps, of the same kind as ``state``, and each neuron's
     number of spikes over them (int32). Weights accumulate in float32 (in the GPU's one-block mode, with
-    one shared weight a population, as a count of arrivals times the weight). Spikes of the last step are
+    one shared weight a population, as a count of arrivals times the weight). On the GPU, weights per
+    synapse arrive through float atomics, whose order varies from run to run;
+    under :func:`xlakern.config.set_deterministic` they sum in 64-bit fixed point instead, rounded once to
+    float32, and every run gives the same bits. Spikes of the last step are
     in ``state.spk`` and are delivered at the start of the next call, so ``k`` calls of ``m`` steps
     equal one of ``k * m``. Not differentiable and not batched by ``vmap`` (run one larger network
     instead). Example in the module docstring.

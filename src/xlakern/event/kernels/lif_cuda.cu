@@ -105,13 +105,106 @@ __device__ __forceinline__ void append_spikes(const bool (&fired)[4], int64_t i0
     if (fired[q]) list[at++] = int(i0 + q);
 }
 
-// One warp adds one presynaptic neuron's row (k targets from idx, weights w or the shared w0) into
-// dst: a count of 1 per synapse when Count (shared weights, applied by the reader), else the
-// weight. 32 x U synapses a round: the lanes issue all their loads, then the adds. Targets outside
+// Where a warp's adds go. CountAdds: a count of 1 a synapse (shared weights, which the reader
+// multiplies in; integer shared atomics are native). FloatAdds: the weight, with float atomics.
+// FixedAdds: the weight in 64-bit fixed point (see "Reproducible input" below).
+struct CountAdds {
+  int* dst;
+  static constexpr bool kWeights = false;
+  __device__ __forceinline__ void operator()(int32_t t, float) const { atomicAdd(dst + t, 1); }
+};
+
+struct FloatAdds {
+  float* dst;
+  static constexpr bool kWeights = true;
+  __device__ __forceinline__ void operator()(int32_t t, float w) const { atomicAdd(dst + t, w); }
+};
+
+// ------------------------------------------------------------------------- reproducible input
+// Under xlakern.config.set_deterministic, with weights per synapse (float atomics of equal weights
+// give the same bits in any order already), a population's input sums as int64 fixed point, whose
+// atomic adds commute: each finite weight w adds llrint(w 2^E), E = 62 - ceil(log2 largest finite
+// |w|) - ceil(log2 synapses), so no neuron's sum can leave int64 (the adds wrap, so only the sum must
+// fit). Non-finite weights add into a float side sum instead: sums of infinities and NaNs come out the
+// same in any order. The reader takes sum 2^-E + side, i.e. the exact sum rounded once to float32
+// (kernels/exact_sums_cuda.cuh does the same for the event scatters).
+
+struct FixedAdds {
+  unsigned long long* sum;
+  float* odd;
+  double to_fixed;
+  static constexpr bool kWeights = true;
+  __device__ __forceinline__ void operator()(int32_t t, float w) const {
+    if (isfinite(w)) atomicAdd(sum + t, (unsigned long long)llrint(double(w) * to_fixed));  // two's complement
+    else atomicAdd(odd + t, w);
+  }
+};
+
+// The fixed-point scale 2^E of a population (and its inverse) from its largest finite |weight| (as
+// float bits: fixed_bound_kernel) and its synapse count.
+struct FixedScale {
+  double to_fixed, to_float;
+};
+
+__device__ __forceinline__ FixedScale fixed_scale(unsigned largest_bits, int64_t synapses) {
+  const float largest = __uint_as_float(largest_bits);
+  if (largest == 0.0f || synapses <= 0) return FixedScale{1.0, 1.0};
+  int e_max;
+  (void)frexpf(largest, &e_max);  // largest < 2^e_max
+  const int e_count = 64 - __clzll((long long)(synapses - 1));  // ceil(log2(synapses))
+  const int e = 62 - e_max - e_count;
+  return FixedScale{ldexp(1.0, e), ldexp(1.0, -e)};
+}
+
+// The largest finite |w[i]| of w[0, count) into *largest (float bits of a non-negative float order
+// as unsigned integers); *largest starts at 0.
+__global__ void __launch_bounds__(256) fixed_bound_kernel(const float* __restrict__ w, int64_t count,
+                                                          unsigned* largest) {
+  unsigned m = 0u;
+  for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < count; i += int64_t(gridDim.x) * 256) {
+    const float a = fabsf(__ldg(w + i));
+    if (a <= 3.402823466e38f) m = max(m, __float_as_uint(a));  // false for inf and NaN
+  }
+  m = __reduce_max_sync(kFullMask, m);
+  if ((threadIdx.x & 31) == 0 && m != 0u) atomicMax(largest, m);
+}
+
+__device__ __forceinline__ float fixed_value(unsigned long long sum, float odd, double to_float) {
+  return float(double((long long)sum) * to_float) + odd;
+}
+
+// Takes (reads and clears) four neurons' fixed-point input: sum and side sum at [i0, i0 + 4).
+// Global: other SMs added into them through L2, so bypass this SM's L1.
+template <bool Global>
+__device__ __forceinline__ void take_fixed4(unsigned long long* sum, float* odd, double to_float, float (&x)[4]) {
+  ulonglong2* ps = reinterpret_cast<ulonglong2*>(sum);
+  float4* po = reinterpret_cast<float4*>(odd);
+  const ulonglong2 a = Global ? __ldcg(ps) : ps[0], b = Global ? __ldcg(ps + 1) : ps[1];
+  const float4 o = Global ? __ldcg(po) : *po;
+  const ulonglong2 zero = make_ulonglong2(0ull, 0ull);
+  if (Global) {
+    __stcg(ps, zero), __stcg(ps + 1, zero), __stcg(po, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+  } else {
+    ps[0] = zero, ps[1] = zero, *po = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  x[0] = fixed_value(a.x, o.x, to_float), x[1] = fixed_value(a.y, o.y, to_float);
+  x[2] = fixed_value(b.x, o.z, to_float), x[3] = fixed_value(b.y, o.w, to_float);
+}
+
+// What a fixed-point kernel reads besides its state: the populations' largest |weight| (float bits,
+// [exc, inh]) and, in the grid and stream modes, the sums and side sums in global memory.
+struct FixedInput {
+  const unsigned* largest;
+  unsigned long long* sum;
+  float* odd;
+};
+
+// One warp adds one presynaptic neuron's row (k targets from idx, weights w or the shared w0) through
+// `add`. 32 x U synapses a round: the lanes issue all their loads, then the adds. Targets outside
 // [0, n) are dropped. Evict: the connectivity is streamed (evict-first in L2).
-template <bool Count, int U = 4, bool Evict = false, typename Acc>
+template <int U = 4, bool Evict = false, typename Adds>
 __device__ __forceinline__ void deliver_row(const int32_t* idx, const float* w, int64_t k, bool homo, float w0,
-                                            int64_t n, Acc* dst, int lane) {
+                                            int64_t n, const Adds& add, int lane) {
   for (int64_t k0 = 0; k0 < k; k0 += U * 32) {
     int32_t target[U];
     float wk[U];
@@ -119,13 +212,13 @@ __device__ __forceinline__ void deliver_row(const int32_t* idx, const float* w, 
     for (int u = 0; u < U; ++u) {
       const int64_t j = k0 + u * 32 + lane;
       target[u] = j < k ? (Evict ? __ldcs(idx + j) : __ldg(idx + j)) : -1;
-      if (!Count) wk[u] = homo ? w0 : (j < k ? (Evict ? __ldcs(w + j) : __ldg(w + j)) : 0.0f);
+      if (Adds::kWeights) wk[u] = homo ? w0 : (j < k ? (Evict ? __ldcs(w + j) : __ldg(w + j)) : 0.0f);
+      else wk[u] = 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (uint32_t(target[u]) >= uint64_t(n)) continue;
-      if (Count) atomicAdd(reinterpret_cast<int*>(dst) + target[u], 1);
-      else atomicAdd(reinterpret_cast<float*>(dst) + target[u], wk[u]);
+      add(target[u], wk[u]);
     }
   }
 }
@@ -147,21 +240,37 @@ __device__ __forceinline__ Row row_of(int64_t pre, int64_t n_exc, const Conn ce,
 
 // ------------------------------------------------------------------------------------ block mode
 
+// How a kernel sums a step's synaptic input: float atomics; counts of arrivals (both populations
+// share one weight; block mode); fixed point (set_deterministic with weights per synapse).
+enum class Sum { kFloat, kCount, kFixed };
+
 // P neurons a thread (P / 4 groups of 4 contiguous ones), their state in registers all run. (P = 8
 // would spill them: at 1,024 threads a block a thread has 64 registers.)
-template <bool Conductance, bool ExpEuler, bool Count, int P>
+template <bool Conductance, bool ExpEuler, Sum S, int P>
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    lif_block_kernel(State s, Conn ce, Conn ci, const float* params, int n, int n_exc, int64_t steps, bool vec) {
+    lif_block_kernel(State s, Conn ce, Conn ci, const float* params, int n, int n_exc, int64_t steps, bool vec,
+                     FixedInput fx) {
   constexpr int G = P / kPerThread;
+  constexpr bool Count = S == Sum::kCount;
   extern __shared__ float4 smem4[];
   __shared__ int n_spikes[2];  // by step parity: one is counted into while the other is reset
   const int stride = (n + 3) / 4 * 4;
-  uint32_t* in = reinterpret_cast<uint32_t*>(smem4);  // exc input [0, stride), inh [stride, 2 stride)
-  int* spikes = reinterpret_cast<int*>(in + 2 * stride);
-  for (int i = threadIdx.x; i < 2 * stride; i += blockDim.x) in[i] = 0u;
+  // input, exc [0, stride) and inh [stride, 2 stride): a word a neuron, or (kFixed) an int64 sum and
+  // a float side sum; then the spike list
+  uint32_t* in = reinterpret_cast<uint32_t*>(smem4);
+  unsigned long long* sum = reinterpret_cast<unsigned long long*>(smem4);
+  float* odd = reinterpret_cast<float*>(sum + 2 * stride);
+  int* spikes = S == Sum::kFixed ? reinterpret_cast<int*>(odd + 2 * stride) : reinterpret_cast<int*>(in + 2 * stride);
+  if (S == Sum::kFixed) {
+    for (int i = threadIdx.x; i < 2 * stride; i += blockDim.x) sum[i] = 0ull, odd[i] = 0.0f;
+  } else {
+    for (int i = threadIdx.x; i < 2 * stride; i += blockDim.x) in[i] = 0u;
+  }
   if (threadIdx.x < 2) n_spikes[threadIdx.x] = 0;
   const Params p = params_from(params);
   const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
+  FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
+  if (S == Sum::kFixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float v[G][4], ge[G][4], gi[G][4], ref[G][4];
   bool fired[G][4];
@@ -183,19 +292,28 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     for (int g = 0; g < G; ++g) {
       const int i0 = (g * kBlockThreads + int(threadIdx.x)) * kPerThread;
       if (t >= 0 && i0 < n) {  // (threads past n hold no neurons; their slots would be another buffer's)
-        // take (read and clear) the four neurons' input: one 16-byte shared access each way
-        uint4* pe = reinterpret_cast<uint4*>(in + i0);
-        uint4* pi = reinterpret_cast<uint4*>(in + stride + i0);
-        const uint4 a = *pe, b = *pi;
-        *pe = make_uint4(0u, 0u, 0u, 0u);
-        *pi = make_uint4(0u, 0u, 0u, 0u);
-        const uint32_t ae[4] = {a.x, a.y, a.z, a.w}, ai[4] = {b.x, b.y, b.z, b.w};
+        // take (read and clear) the four neurons' input: 16-byte shared accesses each way
+        float in_e[4], in_i[4];
+        if (S == Sum::kFixed) {
+          take_fixed4<false>(sum + i0, odd + i0, fs_e.to_float, in_e);
+          take_fixed4<false>(sum + stride + i0, odd + stride + i0, fs_i.to_float, in_i);
+        } else {
+          uint4* pe = reinterpret_cast<uint4*>(in + i0);
+          uint4* pi = reinterpret_cast<uint4*>(in + stride + i0);
+          const uint4 a = *pe, b = *pi;
+          *pe = make_uint4(0u, 0u, 0u, 0u);
+          *pi = make_uint4(0u, 0u, 0u, 0u);
+          const uint32_t ae[4] = {a.x, a.y, a.z, a.w}, ai[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            in_e[q] = Count ? w0_e * float(int(ae[q])) : __uint_as_float(ae[q]);
+            in_i[q] = Count ? w0_i * float(int(ai[q])) : __uint_as_float(ai[q]);
+          }
+        }
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const float in_e = Count ? w0_e * float(int(ae[q])) : __uint_as_float(ae[q]);
-          const float in_i = Count ? w0_i * float(int(ai[q])) : __uint_as_float(ai[q]);
-          fired[g][q] = lif_step<Conductance, ExpEuler>(p, in_e, in_i, v[g][q], ge[g][q], gi[g][q], ref[g][q]) &&
-                        i0 + q < n;
+          fired[g][q] = lif_step<Conductance, ExpEuler>(p, in_e[q], in_i[q], v[g][q], ge[g][q], gi[g][q],
+                                                        ref[g][q]) && i0 + q < n;
           if (fired[g][q]) atomicAdd(s.count + i0 + q, 1);  // no return value: a fire-and-forget add
         }
       }
@@ -206,7 +324,15 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     if (threadIdx.x == 0) n_spikes[parity ^ 1] = 0;  // published by the barrier below
     for (int j = warp; j < m; j += warps) {
       const Row r = row_of(spikes[j], n_exc, ce, ci);
-      deliver_row<Count, Count ? 4 : 2>(r.idx, r.w, r.k, r.homo, r.exc ? w0_e : w0_i, n, in + (r.exc ? 0 : stride), lane);
+      const int at = r.exc ? 0 : stride;
+      const float w0 = r.exc ? w0_e : w0_i;
+      if (S == Sum::kCount)
+        deliver_row<4>(r.idx, r.w, r.k, r.homo, w0, n, CountAdds{reinterpret_cast<int*>(in + at)}, lane);
+      else if (S == Sum::kFloat)
+        deliver_row<2>(r.idx, r.w, r.k, r.homo, w0, n, FloatAdds{reinterpret_cast<float*>(in + at)}, lane);
+      else
+        deliver_row<2>(r.idx, r.w, r.k, r.homo, w0, n,
+                       FixedAdds{sum + at, odd + at, r.exc ? fs_e.to_fixed : fs_i.to_fixed}, lane);
     }
     parity ^= 1;
     __syncthreads();  // the input is taken and the spike list rewritten by the next step
@@ -241,10 +367,11 @@ __host__ __device__ inline int64_t acc_stride(int64_t n) { return (n + 3) / 4 * 
 // a step takes twice as long. Resident: every block holds one chunk (n <= blocks x 2,048), and each
 // thread keeps its 4 neurons' state in registers for the whole run, as in block mode: per step only
 // the input goes through L2.
-template <bool Conductance, bool ExpEuler, bool Resident>
+// Fixed: the input sums in fixed point, fx.sum and fx.odd laid out as acc (acc unused).
+template <bool Conductance, bool ExpEuler, bool Resident, bool Fixed = false>
 __global__ void __launch_bounds__(kGridThreads, 2)
     lif_grid_kernel(State s, Conn ce, Conn ci, const float* params, float* acc, int64_t n, int64_t n_exc,
-                    int64_t steps, bool vec) {
+                    int64_t steps, bool vec, FixedInput fx) {
   __shared__ int chunk_spikes[kGridThreads * kPerThread];
   __shared__ int chunk_count[2];  // by chunk parity: one is counted into while the other is reset
   const int64_t stride = acc_stride(n);
@@ -254,6 +381,8 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   if (threadIdx.x < 2) chunk_count[threadIdx.x] = 0;
   int parity = 0;
   const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
+  FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
+  if (Fixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
   bool fired[kPerThread];
   float v[4], ge[4], gi[4], ref[4];  // Resident: this thread's neurons all run; else the chunk's
   const int64_t home = int64_t(blockIdx.x) * span + int64_t(threadIdx.x) * kPerThread;
@@ -267,6 +396,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   for (int64_t t = -1; t < steps; ++t) {
     float* cur = acc + (t & 1) * 2 * stride;
     float* nxt = acc + ((t + 1) & 1) * 2 * stride;
+    const int64_t cur_at = (t & 1) * 2 * stride, nxt_at = ((t + 1) & 1) * 2 * stride;  // Fixed's
     for (int64_t base = int64_t(blockIdx.x) * span; base < n; base += int64_t(gridDim.x) * span) {
       const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
 #pragma unroll
@@ -284,8 +414,13 @@ __global__ void __launch_bounds__(kGridThreads, 2)
             load4(s.gi, i0, n, vec, gi);
             load4(s.ref, i0, n, vec, ref);
           }
-          take4(cur + i0, in_e);
-          take4(cur + stride + i0, in_i);
+          if (Fixed) {
+            take_fixed4<true>(fx.sum + cur_at + i0, fx.odd + cur_at + i0, fs_e.to_float, in_e);
+            take_fixed4<true>(fx.sum + cur_at + stride + i0, fx.odd + cur_at + stride + i0, fs_i.to_float, in_i);
+          } else {
+            take4(cur + i0, in_e);
+            take4(cur + stride + i0, in_i);
+          }
 #pragma unroll
           for (int q = 0; q < kPerThread; ++q)
             fired[q] = lif_step<Conductance, ExpEuler>(p, in_e[q], in_i[q], v[q], ge[q], gi[q], ref[q]) &&
@@ -309,7 +444,12 @@ __global__ void __launch_bounds__(kGridThreads, 2)
       if (threadIdx.x == 0) chunk_count[parity ^ 1] = 0;  // published by the barrier below
       for (int j = warp; j < m; j += warps) {
         const Row r = row_of(base + chunk_spikes[j], n_exc, ce, ci);
-        deliver_row<false>(r.idx, r.w, r.k, r.homo, r.exc ? w0_e : w0_i, n, nxt + (r.exc ? 0 : stride), lane);
+        const int64_t at = r.exc ? 0 : stride;
+        if (Fixed)
+          deliver_row(r.idx, r.w, r.k, r.homo, r.exc ? w0_e : w0_i, n,
+                      FixedAdds{fx.sum + nxt_at + at, fx.odd + nxt_at + at, r.exc ? fs_e.to_fixed : fs_i.to_fixed}, lane);
+        else
+          deliver_row(r.idx, r.w, r.k, r.homo, r.exc ? w0_e : w0_i, n, FloatAdds{nxt + at}, lane);
       }
       parity ^= 1;
       __syncthreads();  // chunk_spikes is rewritten by the next chunk
@@ -331,11 +471,13 @@ __global__ void __launch_bounds__(kGridThreads, 2)
 
 // Between steps the conductances hold ge * decay_e (gi * decay_i): the next step's value before
 // its input, which phase 2 adds straight into them. On return they hold the last step's values.
-// list: [0, 2) spike counts by step parity, [4, 4 + n) the step's spiking neurons.
-template <bool Conductance, bool ExpEuler>
+// list: [0, 2) spike counts by step parity, [4, 4 + n) the step's spiking neurons. Fixed: phase 2
+// adds into fixed-point sums instead (fx.sum, fx.odd: exc [0, stride), inh [stride, 2 stride)), which
+// the next step's phase 1 takes into the conductances.
+template <bool Conductance, bool ExpEuler, bool Fixed = false>
 __global__ void __launch_bounds__(kGridThreads, 2)
     lif_stream_kernel(State s, Conn ce, Conn ci, const float* params, int* list, int64_t n, int64_t n_exc,
-                      int64_t steps, bool vec) {
+                      int64_t steps, bool vec, FixedInput fx) {
   cg::grid_group grid = cg::this_grid();
   const Params p = params_from(params);
   const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
@@ -344,7 +486,9 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t threads = int64_t(gridDim.x) * blockDim.x;
   const int64_t warp = thread >> 5, warps = threads >> 5;
-  const int64_t groups = (n + 3) / 4;
+  const int64_t groups = (n + 3) / 4, stride = acc_stride(n);
+  FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
+  if (Fixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
   for (int64_t t = -1; t < steps; ++t) {
     const int parity = int(t & 1);
     const bool last = t == steps - 1;
@@ -364,6 +508,13 @@ __global__ void __launch_bounds__(kGridThreads, 2)
           float v[4], ref[4];
           load4<Cache::kEvict>(s.v, i0, n, vec, v);
           load4<Cache::kEvict>(s.ref, i0, n, vec, ref);
+          if (Fixed) {  // last phase 2's input, into the decayed conductances (lif_step's order)
+            float in_e[4], in_i[4];
+            take_fixed4<true>(fx.sum + i0, fx.odd + i0, fs_e.to_float, in_e);
+            take_fixed4<true>(fx.sum + stride + i0, fx.odd + stride + i0, fs_i.to_float, in_i);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) ge[q] += in_e[q], gi[q] += in_i[q];
+          }
 #pragma unroll
           for (int q = 0; q < 4; ++q)
             fired[q] = lif_membrane<Conductance, ExpEuler>(p, ge[q], gi[q], v[q], ref[q]) && i0 + q < n;
@@ -397,8 +548,14 @@ __global__ void __launch_bounds__(kGridThreads, 2)
         const int pre = __shfl_sync(kFullMask, pre_l, r);
         if (pre < 0) break;
         const Row row = row_of(pre, n_exc, ce, ci);
-        deliver_row<false, 4, true>(row.idx, row.w, row.k, row.homo, row.exc ? w0_e : w0_i, n,
-                                    row.exc ? s.ge : s.gi, lane);
+        const float w0 = row.exc ? w0_e : w0_i;
+        if (Fixed) {
+          const int64_t at = row.exc ? 0 : stride;
+          deliver_row<4, true>(row.idx, row.w, row.k, row.homo, w0, n,
+                               FixedAdds{fx.sum + at, fx.odd + at, row.exc ? fs_e.to_fixed : fs_i.to_fixed}, lane);
+        } else {
+          deliver_row<4, true>(row.idx, row.w, row.k, row.homo, w0, n, FloatAdds{row.exc ? s.ge : s.gi}, lane);
+        }
       }
     }
     grid.sync();
@@ -432,8 +589,8 @@ __global__ void __launch_bounds__(256)
         bool exc;
         const int64_t r = blocked_row(shard * n_local + j, bl, exc);
         const int64_t k = exc ? ce.k : ci.k;  // fields one by one, as in row_of
-        deliver_row<false, U, true>((exc ? ce.idx : ci.idx) + r * k, (exc ? ce.w : ci.w) + r * k, k,
-                                    exc ? ce.homo : ci.homo, exc ? w0_e : w0_i, n_local, exc ? ge : gi, lane);
+        deliver_row<U, true>((exc ? ce.idx : ci.idx) + r * k, (exc ? ce.w : ci.w) + r * k, k,
+                             exc ? ce.homo : ci.homo, exc ? w0_e : w0_i, n_local, FloatAdds{exc ? ge : gi}, lane);
       }
     }
   }
@@ -522,18 +679,41 @@ void cooperative_launch(Kernel* k, int64_t n, void** args, cudaStream_t st, int 
   XK_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(k), dim3(blocks), dim3(kGridThreads), args, 0, st));
 }
 
-template <bool Conductance, bool ExpEuler, bool Count, int P>
+template <bool Conductance, bool ExpEuler, Sum S, int P>
 void launch_block(const State& s, const Conn& ce, const Conn& ci, const float* params, int64_t n, int64_t n_exc,
-                  int64_t steps, bool vec, size_t smem, cudaStream_t st) {
-  auto* k = lif_block_kernel<Conductance, ExpEuler, Count, P>;
+                  int64_t steps, bool vec, size_t smem, const FixedInput& fx, cudaStream_t st) {
+  auto* k = lif_block_kernel<Conductance, ExpEuler, S, P>;
   XK_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  k<<<1, kBlockThreads, smem, st>>>(s, ce, ci, params, int(n), int(n_exc), steps, vec);
+  k<<<1, kBlockThreads, smem, st>>>(s, ce, ci, params, int(n), int(n_exc), steps, vec, fx);
   XK_CHECK_LAUNCH();
 }
 
+// The workspace, in 32-bit words. Float sums: the grid mode's input buffers (2 parities x 2
+// populations x stride) or the stream mode's spike list (4 + n). Fixed-point sums: a header (the two
+// populations' largest |weight|), then the int64 sums and the float side sums (grid: 2 x 2 x stride
+// each; stream: 2 x stride each, then its spike list). lif_workspace_words in _network.py sizes the same.
+int64_t workspace_words(int64_t n, bool fixed) { return fixed ? 8 + 12 * acc_stride(n) : 4 * acc_stride(n); }
+
+constexpr int64_t kFixedHeader = 4;
+
+// Writes each population's largest finite |weight| into the workspace's header (zeroed first).
+void find_fixed_bounds(const Conn& ce, const Conn& ci, unsigned* header, int sms, cudaStream_t st) {
+  XK_CUDA_CHECK(cudaMemsetAsync(header, 0, kFixedHeader * 4, st));
+  const Conn* pops[2] = {&ce, &ci};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t count = pops[i]->homo ? 1 : pops[i]->rows * pops[i]->k;
+    if (count == 0) continue;
+    const int64_t want = (count + 255) / 256;
+    const int blocks = int(want < 4 * int64_t(sms) ? want : 4 * int64_t(sms));
+    fixed_bound_kernel<<<blocks, 256, 0, st>>>(pops[i]->w, count, header + i);
+    XK_CHECK_LAUNCH();
+  }
+}
+
+// fixed: sum the input in fixed point (set_deterministic, weights per synapse).
 template <bool Conductance, bool ExpEuler>
 void launch(const State& s, const Conn& ce, const Conn& ci, const float* params, float* workspace, int64_t n,
-            int64_t n_exc, int64_t steps, int64_t mode, cudaStream_t st) {
+            int64_t n_exc, int64_t steps, int64_t mode, bool fixed, cudaStream_t st) {
   // Vector accesses need 16-byte aligned state arrays (XLA's buffers are; a sliced one might not be).
   bool vec = true;
   for (const void* ptr : {static_cast<const void*>(s.v), static_cast<const void*>(s.ge),
@@ -544,19 +724,34 @@ void launch(const State& s, const Conn& ce, const Conn& ci, const float* params,
   XK_CUDA_CHECK(cudaStreamGetDevice(st, &dev));
   XK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   XK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t stride = acc_stride(n);
   // block mode's shared memory: input (exc, inh) and the spike list, one word each per neuron
-  const int64_t block_smem = 3 * 4 * acc_stride(n);
+  // (fixed point: an int64 and a float side sum a neuron and population, and the list)
+  const int64_t block_smem = (fixed ? 7 : 3) * 4 * stride;
   const bool block_fits = n <= kBlockMaxNeurons && block_smem + 64 <= optin;
   XK_CHECK(!(mode == kBlock && !block_fits))
       << "gpu_mode='block' runs up to " << kBlockMaxNeurons << " neurons in one block; this network has " << n
       << ": use 'grid', 'stream' or 'auto'";
   // grid keeps the state in registers while every block holds one chunk; past that, stream
-  const bool grid_resident = (n + kChunk - 1) / kChunk <= resident_blocks(lif_grid_kernel<Conductance, ExpEuler, true>, sms);
+  auto* resident_grid = fixed ? lif_grid_kernel<Conductance, ExpEuler, true, true>
+                              : lif_grid_kernel<Conductance, ExpEuler, true, false>;
+  const bool grid_resident = (n + kChunk - 1) / kChunk <= resident_blocks(resident_grid, sms);
   if (mode == kAuto) mode = block_fits ? kBlock : grid_resident ? kGrid : kStream;
+  unsigned* words = reinterpret_cast<unsigned*>(workspace);
+  FixedInput fx{words, nullptr, nullptr};
+  if (fixed) {
+    find_fixed_bounds(ce, ci, words, sms, st);
+    fx.sum = reinterpret_cast<unsigned long long*>(words + kFixedHeader);
+    fx.odd = reinterpret_cast<float*>(words + kFixedHeader + (mode == kGrid ? 8 : 4) * stride);
+  }
   if (mode == kBlock) {
     const size_t smem = size_t(block_smem);
-    if (ce.homo && ci.homo) launch_block<Conductance, ExpEuler, true, 4>(s, ce, ci, params, n, n_exc, steps, vec, smem, st);
-    else launch_block<Conductance, ExpEuler, false, 4>(s, ce, ci, params, n, n_exc, steps, vec, smem, st);
+    if (fixed)
+      launch_block<Conductance, ExpEuler, Sum::kFixed, 4>(s, ce, ci, params, n, n_exc, steps, vec, smem, fx, st);
+    else if (ce.homo && ci.homo)
+      launch_block<Conductance, ExpEuler, Sum::kCount, 4>(s, ce, ci, params, n, n_exc, steps, vec, smem, fx, st);
+    else
+      launch_block<Conductance, ExpEuler, Sum::kFloat, 4>(s, ce, ci, params, n, n_exc, steps, vec, smem, fx, st);
     return;
   }
   State s_arg = s;
@@ -564,36 +759,47 @@ void launch(const State& s, const Conn& ce, const Conn& ci, const float* params,
   const float* p_arg = params;
   int64_t n_arg = n, n_exc_arg = n_exc, steps_arg = steps;
   bool vec_arg = vec;
+  FixedInput fx_arg = fx;
   if (mode == kGrid) {
-    XK_CUDA_CHECK(cudaMemsetAsync(workspace, 0, size_t(16 * acc_stride(n)), st));
     float* acc_arg = workspace;
-    void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg};
-    if (grid_resident) cooperative_launch(lif_grid_kernel<Conductance, ExpEuler, true>, n, args, st, sms);
+    if (fixed) XK_CUDA_CHECK(cudaMemsetAsync(fx.sum, 0, size_t(48 * stride), st));  // sums and side sums
+    else XK_CUDA_CHECK(cudaMemsetAsync(workspace, 0, size_t(16 * stride), st));
+    void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &acc_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg, &fx_arg};
+    if (fixed && grid_resident) cooperative_launch(lif_grid_kernel<Conductance, ExpEuler, true, true>, n, args, st, sms);
+    else if (fixed) cooperative_launch(lif_grid_kernel<Conductance, ExpEuler, false, true>, n, args, st, sms);
+    else if (grid_resident) cooperative_launch(lif_grid_kernel<Conductance, ExpEuler, true>, n, args, st, sms);
     else cooperative_launch(lif_grid_kernel<Conductance, ExpEuler, false>, n, args, st, sms);
     return;
   }
-  XK_CUDA_CHECK(cudaMemsetAsync(workspace, 0, 16, st));  // the two spike counts
-  int* list_arg = reinterpret_cast<int*>(workspace);
-  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &list_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg};
-  cooperative_launch(lif_stream_kernel<Conductance, ExpEuler>, n, args, st, sms);
+  int* list_arg = reinterpret_cast<int*>(fixed ? words + kFixedHeader + 6 * stride : words);
+  // the two spike counts (and the fixed-point sums and side sums before them)
+  if (fixed) XK_CUDA_CHECK(cudaMemsetAsync(fx.sum, 0, size_t(24 * stride + 16), st));
+  else XK_CUDA_CHECK(cudaMemsetAsync(workspace, 0, 16, st));
+  void* args[] = {&s_arg, &ce_arg, &ci_arg, &p_arg, &list_arg, &n_arg, &n_exc_arg, &steps_arg, &vec_arg, &fx_arg};
+  if (fixed) cooperative_launch(lif_stream_kernel<Conductance, ExpEuler, true>, n, args, st, sms);
+  else cooperative_launch(lif_stream_kernel<Conductance, ExpEuler>, n, args, st, sms);
 }
 
 }  // namespace
 
-// @xk lif_run arg arg arg arg arg arg arg arg arg arg ret ret ret ret ret ret ret attr.n_exc:int64 attr.steps:int64 attr.conductance:bool attr.exp_euler:bool attr.mode:int64 stream
+// @xk lif_run arg arg arg arg arg arg arg arg arg arg ret ret ret ret ret ret ret attr.n_exc:int64 attr.steps:int64 attr.conductance:bool attr.exp_euler:bool attr.mode:int64 attr.deterministic:bool stream
 void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, const xk::Tensor ref0,
              const xk::Tensor spk0, const xk::Tensor idx_e, const xk::Tensor w_e, const xk::Tensor idx_i,
              const xk::Tensor w_i, const xk::Tensor params, xk::Tensor v, xk::Tensor ge, xk::Tensor gi,
              xk::Tensor ref, xk::Tensor spk, xk::Tensor count, xk::Tensor workspace, int64_t n_exc, int64_t steps,
-             bool conductance, bool exp_euler, int64_t mode, int64_t stream) {
+             bool conductance, bool exp_euler, int64_t mode, bool deterministic, int64_t stream) {
   cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
   check_args(v0, ge0, gi0, ref0, spk0, idx_e, w_e, idx_i, w_i, params, n_exc);
   XK_CHECK(steps >= 0) << "steps must be >= 0";
   XK_CHECK(mode >= kAuto && mode <= kStream) << "mode must be 0 (auto), 1 (block), 2 (grid) or 3 (stream)";
   const int64_t n = v.numel();
   XK_CHECK(n < (int64_t(1) << 31) - 8) << "the GPU kernels index neurons with int32: at most 2^31 - 9 of them";
-  XK_CHECK(workspace.dtype() == xk::DType::Float32 && workspace.numel() >= 4 * acc_stride(n))
-      << "workspace must hold 4 float32 per neuron (n rounded up to a multiple of 4)";
+  const Conn ce = conn_of(idx_e, w_e), ci = conn_of(idx_i, w_i);
+  // equal weights sum to the same bits in any order: fixed point only where a population's differ
+  const bool fixed = deterministic && !(ce.homo && ci.homo);
+  XK_CHECK(workspace.dtype() == xk::DType::Float32 && workspace.numel() >= workspace_words(n, fixed))
+      << "workspace must hold " << workspace_words(n, fixed) << " float32 words for " << n << " neurons"
+      << (fixed ? " (fixed-point sums)" : "");
   copy_if_distinct(v0, v, st);
   copy_if_distinct(ge0, ge, st);
   copy_if_distinct(gi0, gi, st);
@@ -603,15 +809,14 @@ void lif_run(const xk::Tensor v0, const xk::Tensor ge0, const xk::Tensor gi0, co
   if (n == 0 || steps == 0) return;
   const State s{v.data_ptr<float>(), ge.data_ptr<float>(), gi.data_ptr<float>(), ref.data_ptr<float>(),
                 spk.data_ptr<bool>(), count.data_ptr<int32_t>()};
-  const Conn ce = conn_of(idx_e, w_e), ci = conn_of(idx_i, w_i);
   const float* p = params.data_ptr<float>();
   float* ws = workspace.data_ptr<float>();
   if (conductance) {
-    if (exp_euler) launch<true, true>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
-    else launch<true, false>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
+    if (exp_euler) launch<true, true>(s, ce, ci, p, ws, n, n_exc, steps, mode, fixed, st);
+    else launch<true, false>(s, ce, ci, p, ws, n, n_exc, steps, mode, fixed, st);
   } else {
-    if (exp_euler) launch<false, true>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
-    else launch<false, false>(s, ce, ci, p, ws, n, n_exc, steps, mode, st);
+    if (exp_euler) launch<false, true>(s, ce, ci, p, ws, n, n_exc, steps, mode, fixed, st);
+    else launch<false, false>(s, ce, ci, p, ws, n, n_exc, steps, mode, fixed, st);
   }
 }
 
