@@ -56,9 +56,9 @@ def network(n: int, k: int):
     brette2007.K = k
     model = brette2007.MODELS["coba_scaled"]
     (conn_e, conn_i), state0, _ = brette2007.build(xlakern, model, n, 0)
-    rng = np.random.default_rng(2)
-    conns = [c.with_data(jnp.asarray(np.float32(c.data[0]) * rng.uniform(0.5, 1.5, c.indices.shape), jnp.float32))
-             for c in (conn_e, conn_i)]
+    keys = jax.random.split(jax.random.PRNGKey(2))  # drawn on the device: 4M x 80 weights in NumPy take long
+    conns = [c.with_data(c.data[0] * jax.random.uniform(key, c.indices.shape, jnp.float32, 0.5, 1.5))
+             for c, key in zip((conn_e, conn_i), keys)]
     params = brette2007.lif_params(model)
     return jax.jit(lambda s: run_lif_network(s, *conns, params, STEPS)), state0
 
