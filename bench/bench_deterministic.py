@@ -112,10 +112,11 @@ def main() -> None:
     table = Table("deterministic", f"Scatters per step, float atomics and fixed point ({device.device_kind})",
                   ["product", "N", "K", "active", "atomic", "deterministic", "ratio", "atomic runs equal", "deterministic runs equal",
                    "agree"],
-                  note=f"binary_csrmv / binary_csrmv_indexed / binary_jitumv (transpose=True), float32; µs a step of a jitted {STEPS}-step "
-                       f"{'graph ' if GRAPH_LOOPS else ''}loop summing the products (run_lif_network: {STEPS} steps in one call, "
-                       f"active = the network's spikes a neuron a step, agree = spike counts within 5%); medians of "
-                       f"{args.rounds * args.calls} calls; runs equal: three calls of the loop, the same bits")
+                  note=f"binary_csrmv / binary_csrmv_indexed / binary_jitumv (transpose=True), float32; µs a "
+                       f"step of a jitted {STEPS}-step {'graph ' if GRAPH_LOOPS else ''}loop summing the products "
+                       f"(run_lif_network: {STEPS} steps in one call, active = the network's spikes a neuron a "
+                       f"step, agree = spike counts within 5%); medians of {args.rounds * args.calls} calls; runs "
+                       f"equal: three calls of the loop, the same bits")
     for case in args.cases:
         product, n, rate, k = parse_case(case)
         run = loop(product, n, rate, k)

@@ -325,8 +325,8 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
     Returns the state after ``steps`` steps, of the same kind as ``state``, and each neuron's
     number of spikes over them (int32). Weights accumulate in float32 (in the GPU's one-block mode, with
     one shared weight a population, as a count of arrivals times the weight). On the GPU, weights per
-    synapse arrive through float atomics, whose order varies from run to run;
-    under :func:`xlakern.config.set_deterministic` they sum in 64-bit fixed point instead, rounded once to
+    synapse arrive through float atomics, whose order varies from run to run; under
+    :func:`xlakern.config.set_deterministic` they sum in 64-bit fixed point instead, rounded once to
     float32, and every run gives the same bits. Spikes of the last step are
     in ``state.spk`` and are delivered at the start of the next call, so ``k`` calls of ``m`` steps
     equal one of ``k * m``. Not differentiable and not batched by ``vmap`` (run one larger network
