@@ -394,9 +394,9 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   }
   __syncthreads();
   for (int64_t t = -1; t < steps; ++t) {
-    float* cur = acc + (t & 1) * 2 * stride;
-    float* nxt = acc + ((t + 1) & 1) * 2 * stride;
-    const int64_t cur_at = (t & 1) * 2 * stride, nxt_at = ((t + 1) & 1) * 2 * stride;  // Fixed's
+    // this step's input and the next one's, by step parity: in acc, or in fx.sum and fx.odd (Fixed)
+    const int64_t cur_at = (t & 1) * 2 * stride, nxt_at = ((t + 1) & 1) * 2 * stride;
+    float *cur = acc + cur_at, *nxt = acc + nxt_at;
     for (int64_t base = int64_t(blockIdx.x) * span; base < n; base += int64_t(gridDim.x) * span) {
       const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
 #pragma unroll
