@@ -157,42 +157,52 @@ __device__ __forceinline__ FixedScale fixed_scale(unsigned largest_bits, int64_t
 }
 
 // The largest finite |w[i]| of w[0, count) into *largest (float bits of a non-negative float order
-// as unsigned integers); *largest starts at 0.
+// as unsigned integers), and 1 into *any_odd if some w[i] is not finite; both start at 0.
 __global__ void __launch_bounds__(256) fixed_bound_kernel(const float* __restrict__ w, int64_t count,
-                                                          unsigned* largest) {
+                                                          unsigned* largest, unsigned* any_odd) {
   unsigned m = 0u;
+  bool odd = false;
   for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < count; i += int64_t(gridDim.x) * 256) {
     const float a = fabsf(__ldg(w + i));
     if (a <= 3.402823466e38f) m = max(m, __float_as_uint(a));  // false for inf and NaN
+    else odd = true;
   }
   m = __reduce_max_sync(kFullMask, m);
+  odd = __any_sync(kFullMask, odd);
   if ((threadIdx.x & 31) == 0 && m != 0u) atomicMax(largest, m);
+  if ((threadIdx.x & 31) == 0 && odd) atomicOr(any_odd, 1u);
 }
 
 __device__ __forceinline__ float fixed_value(unsigned long long sum, float odd, double to_float) {
   return float(double((long long)sum) * to_float) + odd;
 }
 
-// Takes (reads and clears) four neurons' fixed-point input: sum and side sum at [i0, i0 + 4).
+// Takes (reads and clears) four neurons' fixed-point input: sum and side sum at [i0, i0 + 4); the
+// side sums only where some weight is not finite (`odd`: else they stay 0, and the traffic is saved).
 // Global: other SMs added into them through L2, so bypass this SM's L1.
 template <bool Global>
-__device__ __forceinline__ void take_fixed4(unsigned long long* sum, float* odd, double to_float, float (&x)[4]) {
+__device__ __forceinline__ void take_fixed4(unsigned long long* sum, float* odd, bool with_odd, double to_float,
+                                            float (&x)[4]) {
   ulonglong2* ps = reinterpret_cast<ulonglong2*>(sum);
   float4* po = reinterpret_cast<float4*>(odd);
   const ulonglong2 a = Global ? __ldcg(ps) : ps[0], b = Global ? __ldcg(ps + 1) : ps[1];
-  const float4 o = Global ? __ldcg(po) : *po;
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (with_odd) o = Global ? __ldcg(po) : *po;
   const ulonglong2 zero = make_ulonglong2(0ull, 0ull);
   if (Global) {
-    __stcg(ps, zero), __stcg(ps + 1, zero), __stcg(po, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+    __stcg(ps, zero), __stcg(ps + 1, zero);
+    if (with_odd) __stcg(po, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
   } else {
-    ps[0] = zero, ps[1] = zero, *po = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ps[0] = zero, ps[1] = zero;
+    if (with_odd) *po = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   x[0] = fixed_value(a.x, o.x, to_float), x[1] = fixed_value(a.y, o.y, to_float);
   x[2] = fixed_value(b.x, o.z, to_float), x[3] = fixed_value(b.y, o.w, to_float);
 }
 
-// What a fixed-point kernel reads besides its state: the populations' largest |weight| (float bits,
-// [exc, inh]) and, in the grid and stream modes, the sums and side sums in global memory.
+// What a fixed-point kernel reads besides its state: a header (the populations' largest |weight| as
+// float bits, [exc, inh], then 1 if some weight is not finite: fixed_bound_kernel) and, in the grid
+// and stream modes, the sums and side sums in global memory.
 struct FixedInput {
   const unsigned* largest;
   unsigned long long* sum;
@@ -271,6 +281,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
   FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
   if (S == Sum::kFixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
+  const bool with_odd = S == Sum::kFixed && fx.largest[2] != 0u;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float v[G][4], ge[G][4], gi[G][4], ref[G][4];
   bool fired[G][4];
@@ -295,8 +306,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         // take (read and clear) the four neurons' input: 16-byte shared accesses each way
         float in_e[4], in_i[4];
         if (S == Sum::kFixed) {
-          take_fixed4<false>(sum + i0, odd + i0, fs_e.to_float, in_e);
-          take_fixed4<false>(sum + stride + i0, odd + stride + i0, fs_i.to_float, in_i);
+          take_fixed4<false>(sum + i0, odd + i0, with_odd, fs_e.to_float, in_e);
+          take_fixed4<false>(sum + stride + i0, odd + stride + i0, with_odd, fs_i.to_float, in_i);
         } else {
           uint4* pe = reinterpret_cast<uint4*>(in + i0);
           uint4* pi = reinterpret_cast<uint4*>(in + stride + i0);
@@ -383,6 +394,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
   FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
   if (Fixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
+  const bool with_odd = Fixed && fx.largest[2] != 0u;
   bool fired[kPerThread];
   float v[4], ge[4], gi[4], ref[4];  // Resident: this thread's neurons all run; else the chunk's
   const int64_t home = int64_t(blockIdx.x) * span + int64_t(threadIdx.x) * kPerThread;
@@ -415,8 +427,9 @@ __global__ void __launch_bounds__(kGridThreads, 2)
             load4(s.ref, i0, n, vec, ref);
           }
           if (Fixed) {
-            take_fixed4<true>(fx.sum + cur_at + i0, fx.odd + cur_at + i0, fs_e.to_float, in_e);
-            take_fixed4<true>(fx.sum + cur_at + stride + i0, fx.odd + cur_at + stride + i0, fs_i.to_float, in_i);
+            take_fixed4<true>(fx.sum + cur_at + i0, fx.odd + cur_at + i0, with_odd, fs_e.to_float, in_e);
+            take_fixed4<true>(fx.sum + cur_at + stride + i0, fx.odd + cur_at + stride + i0, with_odd, fs_i.to_float,
+                              in_i);
           } else {
             take4(cur + i0, in_e);
             take4(cur + stride + i0, in_i);
@@ -489,6 +502,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   const int64_t groups = (n + 3) / 4, stride = acc_stride(n);
   FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
   if (Fixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
+  const bool with_odd = Fixed && fx.largest[2] != 0u;
   for (int64_t t = -1; t < steps; ++t) {
     const int parity = int(t & 1);
     const bool last = t == steps - 1;
@@ -510,8 +524,8 @@ __global__ void __launch_bounds__(kGridThreads, 2)
           load4<Cache::kEvict>(s.ref, i0, n, vec, ref);
           if (Fixed) {  // last phase 2's input, into the decayed conductances (lif_step's order)
             float in_e[4], in_i[4];
-            take_fixed4<true>(fx.sum + i0, fx.odd + i0, fs_e.to_float, in_e);
-            take_fixed4<true>(fx.sum + stride + i0, fx.odd + stride + i0, fs_i.to_float, in_i);
+            take_fixed4<true>(fx.sum + i0, fx.odd + i0, with_odd, fs_e.to_float, in_e);
+            take_fixed4<true>(fx.sum + stride + i0, fx.odd + stride + i0, with_odd, fs_i.to_float, in_i);
 #pragma unroll
             for (int q = 0; q < 4; ++q) ge[q] += in_e[q], gi[q] += in_i[q];
           }
@@ -696,7 +710,8 @@ int64_t workspace_words(int64_t n, bool fixed) { return fixed ? 8 + 12 * acc_str
 
 constexpr int64_t kFixedHeader = 4;
 
-// Writes each population's largest finite |weight| into the workspace's header (zeroed first).
+// Writes each population's largest finite |weight| into the workspace's header (zeroed first), and
+// whether some weight is not finite.
 void find_fixed_bounds(const Conn& ce, const Conn& ci, unsigned* header, int sms, cudaStream_t st) {
   XK_CUDA_CHECK(cudaMemsetAsync(header, 0, kFixedHeader * 4, st));
   const Conn* pops[2] = {&ce, &ci};
@@ -705,7 +720,7 @@ void find_fixed_bounds(const Conn& ce, const Conn& ci, unsigned* header, int sms
     if (count == 0) continue;
     const int64_t want = (count + 255) / 256;
     const int blocks = int(want < 4 * int64_t(sms) ? want : 4 * int64_t(sms));
-    fixed_bound_kernel<<<blocks, 256, 0, st>>>(pops[i]->w, count, header + i);
+    fixed_bound_kernel<<<blocks, 256, 0, st>>>(pops[i]->w, count, header + i, header + 2);
     XK_CHECK_LAUNCH();
   }
 }
