@@ -204,10 +204,22 @@ __device__ __forceinline__ void take_fixed4(unsigned long long* sum, float* odd,
 // float bits, [exc, inh], then 1 if some weight is not finite: fixed_bound_kernel) and, in the grid
 // and stream modes, the sums and side sums in global memory.
 struct FixedInput {
-  const unsigned* largest;
+  const unsigned* header;
   unsigned long long* sum;
   float* odd;
 };
+
+// What the header gives a fixed-point kernel: each population's scale, and whether the side sums are in
+// use. The defaults are the float-sum kernels' (scales unused).
+struct FixedHeader {
+  FixedScale e{1.0, 1.0}, i{1.0, 1.0};
+  bool with_odd = false;
+};
+
+__device__ __forceinline__ FixedHeader read_fixed_header(const unsigned* header, int64_t synapses_e,
+                                                         int64_t synapses_i) {
+  return FixedHeader{fixed_scale(header[0], synapses_e), fixed_scale(header[1], synapses_i), header[2] != 0u};
+}
 
 // One warp adds one presynaptic neuron's row (k targets from idx, weights w or the shared w0) through
 // `add`. 32 x U synapses a round: the lanes issue all their loads, then the adds. Targets outside
@@ -279,9 +291,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   if (threadIdx.x < 2) n_spikes[threadIdx.x] = 0;
   const Params p = params_from(params);
   const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
-  FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
-  if (S == Sum::kFixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
-  const bool with_odd = S == Sum::kFixed && fx.largest[2] != 0u;
+  const FixedHeader fh = S == Sum::kFixed ? read_fixed_header(fx.header, ce.rows * ce.k, ci.rows * ci.k) : FixedHeader{};
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float v[G][4], ge[G][4], gi[G][4], ref[G][4];
   bool fired[G][4];
@@ -306,8 +316,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         // take (read and clear) the four neurons' input: 16-byte shared accesses each way
         float in_e[4], in_i[4];
         if (S == Sum::kFixed) {
-          take_fixed4<false>(sum + i0, odd + i0, with_odd, fs_e.to_float, in_e);
-          take_fixed4<false>(sum + stride + i0, odd + stride + i0, with_odd, fs_i.to_float, in_i);
+          take_fixed4<false>(sum + i0, odd + i0, fh.with_odd, fh.e.to_float, in_e);
+          take_fixed4<false>(sum + stride + i0, odd + stride + i0, fh.with_odd, fh.i.to_float, in_i);
         } else {
           uint4* pe = reinterpret_cast<uint4*>(in + i0);
           uint4* pi = reinterpret_cast<uint4*>(in + stride + i0);
@@ -343,7 +353,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         deliver_row<2>(r.idx, r.w, r.k, r.homo, w0, n, FloatAdds{reinterpret_cast<float*>(in + at)}, lane);
       else
         deliver_row<2>(r.idx, r.w, r.k, r.homo, w0, n,
-                       FixedAdds{sum + at, odd + at, r.exc ? fs_e.to_fixed : fs_i.to_fixed}, lane);
+                       FixedAdds{sum + at, odd + at, r.exc ? fh.e.to_fixed : fh.i.to_fixed}, lane);
     }
     parity ^= 1;
     __syncthreads();  // the input is taken and the spike list rewritten by the next step
@@ -392,9 +402,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   if (threadIdx.x < 2) chunk_count[threadIdx.x] = 0;
   int parity = 0;
   const float w0_e = ce.homo ? __ldg(ce.w) : 0.0f, w0_i = ci.homo ? __ldg(ci.w) : 0.0f;
-  FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
-  if (Fixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
-  const bool with_odd = Fixed && fx.largest[2] != 0u;
+  const FixedHeader fh = Fixed ? read_fixed_header(fx.header, ce.rows * ce.k, ci.rows * ci.k) : FixedHeader{};
   bool fired[kPerThread];
   float v[4], ge[4], gi[4], ref[4];  // Resident: this thread's neurons all run; else the chunk's
   const int64_t home = int64_t(blockIdx.x) * span + int64_t(threadIdx.x) * kPerThread;
@@ -427,8 +435,8 @@ __global__ void __launch_bounds__(kGridThreads, 2)
             load4(s.ref, i0, n, vec, ref);
           }
           if (Fixed) {
-            take_fixed4<true>(fx.sum + cur_at + i0, fx.odd + cur_at + i0, with_odd, fs_e.to_float, in_e);
-            take_fixed4<true>(fx.sum + cur_at + stride + i0, fx.odd + cur_at + stride + i0, with_odd, fs_i.to_float,
+            take_fixed4<true>(fx.sum + cur_at + i0, fx.odd + cur_at + i0, fh.with_odd, fh.e.to_float, in_e);
+            take_fixed4<true>(fx.sum + cur_at + stride + i0, fx.odd + cur_at + stride + i0, fh.with_odd, fh.i.to_float,
                               in_i);
           } else {
             take4(cur + i0, in_e);
@@ -460,7 +468,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
         const int64_t at = r.exc ? 0 : stride;
         if (Fixed)
           deliver_row(r.idx, r.w, r.k, r.homo, r.exc ? w0_e : w0_i, n,
-                      FixedAdds{fx.sum + nxt_at + at, fx.odd + nxt_at + at, r.exc ? fs_e.to_fixed : fs_i.to_fixed}, lane);
+                      FixedAdds{fx.sum + nxt_at + at, fx.odd + nxt_at + at, r.exc ? fh.e.to_fixed : fh.i.to_fixed}, lane);
         else
           deliver_row(r.idx, r.w, r.k, r.homo, r.exc ? w0_e : w0_i, n, FloatAdds{nxt + at}, lane);
       }
@@ -500,9 +508,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
   const int64_t threads = int64_t(gridDim.x) * blockDim.x;
   const int64_t warp = thread >> 5, warps = threads >> 5;
   const int64_t groups = (n + 3) / 4, stride = acc_stride(n);
-  FixedScale fs_e{1.0, 1.0}, fs_i{1.0, 1.0};
-  if (Fixed) fs_e = fixed_scale(fx.largest[0], ce.rows * ce.k), fs_i = fixed_scale(fx.largest[1], ci.rows * ci.k);
-  const bool with_odd = Fixed && fx.largest[2] != 0u;
+  const FixedHeader fh = Fixed ? read_fixed_header(fx.header, ce.rows * ce.k, ci.rows * ci.k) : FixedHeader{};
   for (int64_t t = -1; t < steps; ++t) {
     const int parity = int(t & 1);
     const bool last = t == steps - 1;
@@ -524,8 +530,8 @@ __global__ void __launch_bounds__(kGridThreads, 2)
           load4<Cache::kEvict>(s.ref, i0, n, vec, ref);
           if (Fixed) {  // last phase 2's input, into the decayed conductances (lif_step's order)
             float in_e[4], in_i[4];
-            take_fixed4<true>(fx.sum + i0, fx.odd + i0, with_odd, fs_e.to_float, in_e);
-            take_fixed4<true>(fx.sum + stride + i0, fx.odd + stride + i0, with_odd, fs_i.to_float, in_i);
+            take_fixed4<true>(fx.sum + i0, fx.odd + i0, fh.with_odd, fh.e.to_float, in_e);
+            take_fixed4<true>(fx.sum + stride + i0, fx.odd + stride + i0, fh.with_odd, fh.i.to_float, in_i);
 #pragma unroll
             for (int q = 0; q < 4; ++q) ge[q] += in_e[q], gi[q] += in_i[q];
           }
@@ -566,7 +572,7 @@ __global__ void __launch_bounds__(kGridThreads, 2)
         if (Fixed) {
           const int64_t at = row.exc ? 0 : stride;
           deliver_row<4, true>(row.idx, row.w, row.k, row.homo, w0, n,
-                               FixedAdds{fx.sum + at, fx.odd + at, row.exc ? fs_e.to_fixed : fs_i.to_fixed}, lane);
+                               FixedAdds{fx.sum + at, fx.odd + at, row.exc ? fh.e.to_fixed : fh.i.to_fixed}, lane);
         } else {
           deliver_row<4, true>(row.idx, row.w, row.k, row.homo, w0, n, FloatAdds{row.exc ? s.ge : s.gi}, lane);
         }
