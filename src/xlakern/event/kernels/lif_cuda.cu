@@ -750,8 +750,12 @@ void launch(const State& s, const Conn& ce, const Conn& ci, const float* params,
   // (fixed point: an int64 and a float side sum a neuron and population, and the list)
   const int64_t block_smem = (fixed ? 7 : 3) * 4 * stride;
   const bool block_fits = n <= kBlockMaxNeurons && block_smem + 64 <= optin;
-  XK_CHECK(!(mode == kBlock && !block_fits))
+  XK_CHECK(n <= kBlockMaxNeurons || mode != kBlock)
       << "gpu_mode='block' runs up to " << kBlockMaxNeurons << " neurons in one block; this network has " << n
+      << ": use 'grid', 'stream' or 'auto'";
+  XK_CHECK(block_fits || mode != kBlock)  // a GPU with less shared memory a block than an H100's 227 KiB
+      << "gpu_mode='block' needs " << block_smem + 64 << " bytes of shared memory for " << n << " neurons"
+      << (fixed ? " with fixed-point sums" : "") << "; this GPU gives a block " << optin
       << ": use 'grid', 'stream' or 'auto'";
   // grid keeps the state in registers while every block holds one chunk; past that, stream
   auto* resident_grid = fixed ? lif_grid_kernel<Conductance, ExpEuler, true, true>
