@@ -318,7 +318,8 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
         steps: number of steps (static).
         backend: ``"cpp"``/``"cuda"`` (the compiled kernels, default) or ``"jnp"``.
         gpu_mode: how the GPU kernel runs the loop: ``"block"`` (one thread block, the state in
-            registers; up to 4,096 neurons), ``"grid"`` (every SM, one grid barrier a step: mid-size
+            registers; up to 4,096 neurons, or 3,616 with fixed-point sums on a GPU with 99 KB of
+            shared memory a block, sm_86/sm_89), ``"grid"`` (every SM, one grid barrier a step: mid-size
             networks), ``"stream"`` (every SM, two grid barriers a step and no input buffers: large
             networks, where the state traffic is the cost) or ``"auto"`` (picks by size).
 
