@@ -200,9 +200,14 @@ __device__ __forceinline__ void take_fixed4(unsigned long long* sum, float* odd,
   x[2] = fixed_value(b.x, o.z, to_float), x[3] = fixed_value(b.y, o.w, to_float);
 }
 
-// What a fixed-point kernel reads besides its state: a header (the populations' largest |weight| as
-// float bits, [exc, inh], then 1 if some weight is not finite: fixed_bound_kernel) and, in the grid
-// and stream modes, the sums and side sums in global memory.
+// The fixed-point header, written by fixed_bound_kernel: words [0] and [1] the excitatory and inhibitory
+// populations' largest finite |weight| (float bits), word kAnyOddWord 1 if some weight is not finite.
+// kFixedHeader words keep the int64 sums after it 16-byte aligned.
+constexpr int kAnyOddWord = 2;
+constexpr int64_t kFixedHeader = 4;
+
+// What a fixed-point kernel reads besides its state: the header and, in the grid and stream modes, the
+// sums and side sums in global memory.
 struct FixedInput {
   const unsigned* header;
   unsigned long long* sum;
@@ -218,7 +223,8 @@ struct FixedHeader {
 
 __device__ __forceinline__ FixedHeader read_fixed_header(const unsigned* header, int64_t synapses_e,
                                                          int64_t synapses_i) {
-  return FixedHeader{fixed_scale(header[0], synapses_e), fixed_scale(header[1], synapses_i), header[2] != 0u};
+  return FixedHeader{fixed_scale(header[0], synapses_e), fixed_scale(header[1], synapses_i),
+                     header[kAnyOddWord] != 0u};
 }
 
 // One warp adds one presynaptic neuron's row (k targets from idx, weights w or the shared w0) through
@@ -709,12 +715,10 @@ void launch_block(const State& s, const Conn& ce, const Conn& ci, const float* p
 }
 
 // The workspace, in 32-bit words. Float sums: the grid mode's input buffers (2 parities x 2
-// populations x stride) or the stream mode's spike list (4 + n). Fixed-point sums: a header (the two
-// populations' largest |weight|), then the int64 sums and the float side sums (grid: 2 x 2 x stride
+// populations x stride) or the stream mode's spike list (4 + n). Fixed-point sums: the header
+// (kFixedHeader words), then the int64 sums and the float side sums (grid: 2 x 2 x stride
 // each; stream: 2 x stride each, then its spike list). lif_workspace_words in _network.py sizes the same.
 int64_t workspace_words(int64_t n, bool fixed) { return fixed ? 8 + 12 * acc_stride(n) : 4 * acc_stride(n); }
-
-constexpr int64_t kFixedHeader = 4;
 
 // Writes each population's largest finite |weight| into the workspace's header (zeroed first), and
 // whether some weight is not finite.
@@ -726,7 +730,7 @@ void find_fixed_bounds(const Conn& ce, const Conn& ci, unsigned* header, int sms
     if (count == 0) continue;
     const int64_t want = (count + 255) / 256;
     const int blocks = int(want < 4 * int64_t(sms) ? want : 4 * int64_t(sms));
-    fixed_bound_kernel<<<blocks, 256, 0, st>>>(pops[i]->w, count, header + i, header + 2);
+    fixed_bound_kernel<<<blocks, 256, 0, st>>>(pops[i]->w, count, header + i, header + kAnyOddWord);
     XK_CHECK_LAUNCH();
   }
 }
