@@ -347,6 +347,75 @@ def test_constructor_indptr_dtype_and_check_structure(kind, rng):
     np.testing.assert_allclose(traced(data, indices, indptr), expected, rtol=1e-5, atol=1e-5)
 
 
+def _follow(obj, path):
+    """The value a key path names, read through the attributes and dict entries it lists."""
+    for key in path:
+        obj = getattr(obj, key.name) if isinstance(key, jax.tree_util.GetAttrKey) else obj[key.key]
+    return obj
+
+
+def test_key_paths_name_the_attributes(rng):
+    """Every pytree of the event package flattens with key paths that name the attribute holding each
+    leaf (BrainEvent 0.3 gives flat indices), so checkpoints and tree_map_with_path can address
+    `.data` or a buffer; following a path on the object reaches that very leaf."""
+    dense = np.where(rng.random((9, 6)) < 0.4, rng.standard_normal((9, 6)), 0.0).astype(np.float32)
+    trace = jnp.asarray(rng.standard_normal(6).astype(np.float32))
+    csr = xlakern.CSR.fromdense(dense)
+    csr.register_buffer("trace", trace)
+    k = 3
+    fixed = xlakern.FixedNumPerPre((jnp.asarray(rng.standard_normal((9, k)), jnp.float32),
+                                    jnp.asarray(rng.integers(0, 6, (9, k)), jnp.int32)), shape=(9, 6))
+    delays = rng.integers(1, 4, csr.nse).astype(np.int32)
+    ring_layout = xlakern.CSRDelayLayout.build(csr.data, csr.indices, csr.indptr, delays, n_slots=4, shape=(9, 6))
+    spikes = jnp.asarray(rng.random(9) < 0.5)
+    cases = [
+        (csr, [".data", ".indices", ".indptr", ".buffers['trace']"]),
+        (csr.T, [".data", ".indices", ".indptr", ".buffers['trace']"]),
+        (fixed, [".data", ".indices"]),
+        (fixed.T, [".data", ".indices"]),
+        (Dense(jnp.asarray(dense)), [".data"]),
+        (xlakern.JITCScalarR((0.5, 0.2, 7), shape=(9, 6)), [".weight", ".seed"]),
+        (xlakern.JITCUniformC((-1.0, 1.0, 0.2, 7), shape=(9, 6)), [".wlow", ".whigh", ".seed"]),
+        (xlakern.JITCNormalR((0.0, 1.0, 0.2, 7), shape=(9, 6)), [".wloc", ".wscale", ".seed"]),
+        (ring_layout, [".data", ".indices", ".indptr", ".delays", ".delay_ptr", ".perm"]),
+        (xlakern.BinaryArray(spikes), [".value"]),
+        (xlakern.BitPackedBinary(spikes), [".value"]),
+        (xlakern.CompactBinary.from_array(spikes), [".value"]),
+        (xlakern.WeightedArray(jnp.asarray(rng.standard_normal(9))), [".value"]),
+    ]
+    for obj, expected in cases:
+        pairs, treedef = jax.tree_util.tree_flatten_with_path(obj)
+        assert [jax.tree_util.keystr(path) for path, _ in pairs] == expected, type(obj).__name__
+        for path, leaf in pairs:
+            assert _follow(obj, path) is leaf, (type(obj).__name__, jax.tree_util.keystr(path))
+        # the keyed flattening is the plain one: same leaves, same order, same structure
+        leaves, plain = jax.tree_util.tree_flatten(obj)
+        assert plain == treedef and all(a is b for a, b in zip(leaves, (leaf for _, leaf in pairs)))
+    # a path-addressed update: scale the weights only, under jit, and get the scaled matrix back
+    scale_weights = jax.jit(lambda W: jax.tree_util.tree_map_with_path(
+        lambda path, x: x * 3 if jax.tree_util.keystr(path) == ".data" else x, W))
+    scaled = scale_weights(csr)
+    np.testing.assert_allclose(np.asarray(scaled.todense()), 3 * dense, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(scaled.trace), np.asarray(trace))
+
+    # a subclass whose tree_flatten returns children of its own keeps positional keys, not wrong names
+    @jax.tree_util.register_pytree_with_keys_class
+    class Tagged(xlakern.CSR):
+        def tree_flatten(self):
+            return (self.data, self.indices, self.indptr, self.tag), self.shape
+
+        @classmethod
+        def tree_unflatten(cls, shape, children):
+            obj = cls(tuple(children[:3]), shape=shape)
+            obj.tag = children[3]
+            return obj
+
+    tagged = Tagged((csr.data, csr.indices, csr.indptr), shape=csr.shape)
+    tagged.tag = jnp.float32(2.0)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tagged)[0]]
+    assert paths == [f"[<flat index {i}>]" for i in range(4)]
+
+
 def test_subclass_of_the_base_and_attribute_buffers(rng):
     """A subclass written against BrainEvent's base (``super().__init__(arrays, shape=...)``) gets its shape
     and buffers; buffers are attributes listed in _buffer_registry, so plain assignment updates

@@ -23,13 +23,13 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.tree_util import register_pytree_node_class
+from jax.tree_util import register_pytree_with_keys_class
 
 from .. import XLACustomKernel
 from . import _units
 from ._eager import run_fused
 from ._errors import EventArgumentError, EventDTypeError, EventShapeError, EventTracedError, EventUnitError
-from ._events import EventRepresentation
+from ._events import EventRepresentation, _keyed
 from ._kernels import kernel_module, note_atomic_sums, rows_for, SDS, synapse_rows
 from ._ops import _index, _shape2, _weights
 
@@ -225,7 +225,7 @@ def csr_delay_deliver(ring, events, data, indices, indptr, delays, t, *, shape, 
     return _deliver("csr_delay_deliver", ring, events, data, indices, indptr, delays, t, shape, weighted, backend)
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class CSRDelayLayout:
     """CSR synapses with their delays, each row's synapses sorted by delay (ties keep their order);
     ``delay_ptr[i, d]`` is where row ``i``'s synapses of delay ``d`` start, ``perm[k]`` the original
@@ -253,6 +253,11 @@ class CSRDelayLayout:
 
     def tree_flatten(self):
         return (self.data, self.indices, self.indptr, self.delays, self.delay_ptr, self.perm), self.shape
+
+    def tree_flatten_with_keys(self):  # key paths name the attributes: `.data`, `.delays`, ...
+        children, aux = self.tree_flatten()
+        names = ("data", "indices", "indptr", "delays", "delay_ptr", "perm")
+        return _keyed(self, CSRDelayLayout, names, children), aux
 
     @classmethod
     def tree_unflatten(cls, shape, children):

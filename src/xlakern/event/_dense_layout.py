@@ -19,7 +19,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.tree_util import register_pytree_node_class
+from jax.tree_util import register_pytree_with_keys_class
 
 from . import _ops
 from . import _units
@@ -30,7 +30,7 @@ from ._layouts import CSC, CSR, DataRepresentation, _function, _numeric_operand,
 __all__ = ["Dense"]
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class Dense(DataRepresentation):
     """A dense ``(rows, cols)`` weight matrix: ``Dense(data, shape=None, backend=None, buffers=None)``.
 
@@ -56,6 +56,9 @@ class Dense(DataRepresentation):
     # the pytree and the base class's helpers see one array, the matrix itself
     def _arrays(self):
         return (self.data,)
+
+    def _array_names(self):
+        return ("data",)
 
     def _set(self, arrays, shape, backend=None):
         (self.data,) = arrays

@@ -17,7 +17,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-from jax.tree_util import register_pytree_node_class
+from jax.tree_util import FlattenedIndexKey, GetAttrKey, register_pytree_with_keys_class
 
 from . import _units
 from ._arguments import as_array
@@ -28,6 +28,14 @@ __all__ = ["EventRepresentation", "BinaryArray", "WeightedArray", "BitPackedBina
 
 def _raw(x):
     return x.value if isinstance(x, EventRepresentation) else x
+
+
+def _keyed(obj, base, names, children):
+    """``(GetAttrKey(name), child)`` pairs, where ``obj`` flattens by ``base``'s tree_flatten; a subclass
+    that flattens its own way (a user's) gets its children's positions, since the names may not fit."""
+    if type(obj).tree_flatten is not base.tree_flatten or len(names) != len(children):
+        return tuple((FlattenedIndexKey(i), c) for i, c in enumerate(children))
+    return tuple((GetAttrKey(n), c) for n, c in zip(names, children))
 
 
 class EventRepresentation:
@@ -82,6 +90,10 @@ class EventRepresentation:
 
     def tree_flatten(self):
         return (self._value,), None
+
+    def tree_flatten_with_keys(self):  # the key path `.value`, the public name of the one leaf
+        children, aux = self.tree_flatten()
+        return _keyed(self, EventRepresentation, ("value",), children), aux
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -156,7 +168,7 @@ class EventRepresentation:
         return fn(other, self._value, transpose=False, weighted=self._weighted)
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class BinaryArray(EventRepresentation):
     """Binary spikes: each non-zero element counts as 1 (the value itself is never multiplied in).
 
@@ -173,7 +185,7 @@ class BinaryArray(EventRepresentation):
         return BitPackedBinary(self._value)
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class WeightedArray(EventRepresentation):
     """Float events: zero elements are skipped, non-zero ones contribute their value.
 
@@ -222,7 +234,7 @@ def bitpack(arr, axis: int = 0):
     return jnp.sum(bits.reshape(shape) << shifts, axis=axis + 1, dtype=jnp.uint32)
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class BitPackedBinary(BinaryArray):
     """Binary spikes with their bit-packed form (``packed``: one uint32 array per axis).
     Products use the unpacked ``value``.
@@ -254,7 +266,7 @@ class BitPackedBinary(BinaryArray):
         return self @ other
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class CompactBinary(BinaryArray):
     """Binary spikes with the indices of active rows (``active_ids``, padded with the row count)
     and their count (``n_active``, shape (1,)). Products use ``value``. Built from the spikes alone

@@ -31,7 +31,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.tree_util import register_pytree_node_class
+from jax.tree_util import register_pytree_with_keys_class
 
 from . import _jitc_kernels as JK
 from . import _units
@@ -41,7 +41,7 @@ from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, Event
 from ._events import EventRepresentation
 from ._eager import optional_arguments, run_fused
 from ._kernels import SDS, acc_dtype
-from ._layouts import DataRepresentation, _warn_renamed
+from ._layouts import DataRepresentation, _keyed, _warn_renamed
 from ._ops import _check_spikes, _described, _shape2, _spikes, _weights
 
 __all__ = [
@@ -443,6 +443,10 @@ class JITCMatrix(DataRepresentation):
     def tree_flatten(self):
         return self.weights + (self.seed, self.buffers), (self.prob, self.shape, self.corder, self.backend)
 
+    def tree_flatten_with_keys(self):  # `.wlow`, `.seed`, `.buffers['name']`: BrainEvent's attribute names
+        children, aux = self.tree_flatten()
+        return _keyed(self, JITCMatrix, self._param_names + ("seed", "buffers"), children), aux
+
     @classmethod
     def tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
@@ -751,7 +755,7 @@ class JITCScalarMatrix(JITCMatrix):
     weight = property(lambda self: self.weights[0], doc="The weight of every synapse (BrainEvent's name).")
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class JITCScalarR(JITCScalarMatrix):
     """JITC matrix with one scalar weight: ``JITCScalarR((weight, prob, seed), shape=(m, n), corder=False)``.
 
@@ -762,7 +766,7 @@ class JITCScalarR(JITCScalarMatrix):
     """
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class JITCScalarC(JITCScalarMatrix):
     """The transpose form of :class:`JITCScalarR` (``JITCScalarR(..., shape=(n, m)).T``).
 
@@ -799,7 +803,7 @@ class JITCUniformMatrix(JITCMatrix):
             raise EventArgumentError(f"{type(self).__name__}: wlow ({lo}) must not exceed whigh ({hi})")
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class JITCUniformR(JITCUniformMatrix):
     """JITC matrix with weights uniform in ``(w_low, w_high]``: ``JITCUniformR((w_low, w_high, prob, seed), shape=...)``.
 
@@ -809,7 +813,7 @@ class JITCUniformR(JITCUniformMatrix):
     """
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class JITCUniformC(JITCUniformMatrix):
     """The transpose form of :class:`JITCUniformR`.
 
@@ -837,7 +841,7 @@ class JITCNormalMatrix(JITCMatrix):
     wscale = property(lambda self: self.weights[1], doc="The weights' standard deviation (BrainEvent's name).")
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class JITCNormalR(JITCNormalMatrix):
     """JITC matrix with normal weights: ``JITCNormalR((w_loc, w_scale, prob, seed), shape=...)``.
 
@@ -847,7 +851,7 @@ class JITCNormalR(JITCNormalMatrix):
     """
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class JITCNormalC(JITCNormalMatrix):
     """The transpose form of :class:`JITCNormalR`.
 

@@ -25,14 +25,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.tree_util import register_pytree_node_class
+from jax.tree_util import register_pytree_with_keys_class
 
 from . import _ops
 from . import _units
 from ._arguments import as_array
 from ._errors import (EventBufferError, EventDependencyError, EventDTypeError, EventIndexError, EventNDimError,
                       EventOperandError, EventShapeError, EventTracedError, EventUnitError, UnsupportedOperationError)
-from ._events import EventRepresentation, _raw
+from ._events import EventRepresentation, _keyed, _raw
 from ._kernels import slot_rows
 
 __all__ = ["DataRepresentation", "CSR", "CSC", "FixedNumConn", "FixedNumPerPre", "FixedNumPerPost"]
@@ -167,9 +167,18 @@ class DataRepresentation:
     def _arrays(self):
         return (self.data, self.indices) if self._fixed else (self.data, self.indices, self.indptr)
 
+    def _array_names(self):
+        return ("data", "indices") if self._fixed else ("data", "indices", "indptr")
+
     def tree_flatten(self):
         # the buffers ride as one dict child: leaves (traced under jit), and no extra leaf when empty
         return self._arrays() + (self.buffers,), (tuple(self.shape), self.backend)
+
+    def tree_flatten_with_keys(self):
+        # children keyed by the attributes that hold them, so a key path reads `.data` or
+        # `.buffers['trace']` (in checkpoints, tree_map_with_path, jax's messages), not a flat index
+        children, aux = self.tree_flatten()
+        return _keyed(self, DataRepresentation, self._array_names() + ("buffers",), children), aux
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -925,7 +934,7 @@ def _sparse_solve(name, data, indices, indptr, shape, b, tol, reorder):
     return _units.attach(x, _solve_unit(unit_b, unit_w))
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class CSR(DataRepresentation):
     """Compressed sparse rows: ``CSR((data, indices, indptr), shape=(m, n))``.
 
@@ -1155,7 +1164,7 @@ class CSR(DataRepresentation):
                           labels=("post_vals", "pre_vals", "post_spike", "pre_spike"))
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class CSC(CSR):
     """Compressed sparse columns: ``CSC((data, indices, indptr), shape=(m, n))``, column ``j``'s
     synapses are ``indices[indptr[j]:indptr[j+1]]`` (row ids). ``s @ W`` gathers, ``W @ s`` scatters.
@@ -1264,7 +1273,7 @@ class FixedNumConn(DataRepresentation):
                    backend=backend)
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class FixedNumPerPre(FixedNumConn):
     """Each presynaptic neuron (row) has exactly K targets: ``indices`` (num_pre, K) of post ids,
     ``W[i, indices[i, k]] = data[i, k]``; ``shape=(num_pre, num_post)``.
@@ -1283,7 +1292,7 @@ class FixedNumPerPre(FixedNumConn):
         return FixedNumPerPost(self._arrays(), shape=self.shape[::-1], backend=self.backend, buffers=self.buffers)
 
 
-@register_pytree_node_class
+@register_pytree_with_keys_class
 class FixedNumPerPost(FixedNumConn):
     """Each postsynaptic neuron (column) has exactly K sources: ``indices`` (num_post, K) of pre
     ids, ``W[indices[j, k], j] = data[j, k]``; ``shape=(num_pre, num_post)``.
