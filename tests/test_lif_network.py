@@ -157,6 +157,59 @@ def test_many_steps_in_one_call_equal_one_step_calls(rng, backend):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("backend", [BACKENDS[0], BACKENDS[1], BACKENDS[4]])
+def test_vmap_runs_each_network_of_the_batch(rng, backend):
+    """vmap over the state and over a population's shared weight gives, for each batch element, the
+    call on that element alone (shared weights: the same bits in any order of adds)."""
+    backend, mode = backend
+    p = VARIANTS["coba_euler"]
+    n, n_exc, steps, batch = 500, 400, 40, 3
+    conn_e, conn_i, s = random_network(rng, n, n_exc, 30, 30, hetero=False)
+    states = [random_network(rng, n, n_exc, 1, 1, hetero=False)[2] for _ in range(batch)]
+    stacked = {k: jnp.asarray(np.stack([st[k] for st in states])) for k in s}
+    w_e = jnp.asarray(rng.uniform(0.3, 1.2, batch).astype(np.float32))
+    with jax.default_device(_device_for(backend)):
+        ce, ci = _conns(conn_e, conn_i, n)
+
+        def run(st, w):
+            return run_lif_network(st, ce.with_data(jnp.reshape(w, (1,))), ci, p, steps, backend=backend,
+                                   gpu_mode=mode)
+
+        out, count = jax.jit(jax.vmap(run))(stacked, w_e)
+        for b in range(batch):
+            one, one_count = jax.jit(run)({k: x[b] for k, x in stacked.items()}, w_e[b])
+            np.testing.assert_array_equal(np.asarray(count[b]), np.asarray(one_count))
+            for k in s:
+                if backend == "jnp" and k != "spk":  # XLA fuses the batched jnp step differently: an ulp or two
+                    np.testing.assert_allclose(np.asarray(out[k][b]), np.asarray(one[k]), rtol=1e-6, atol=1e-6)
+                else:  # the kernels run each element's own call
+                    np.testing.assert_array_equal(np.asarray(out[k][b]), np.asarray(one[k]))
+    assert (np.asarray(count).sum(1) > 0).all()  # every network spikes
+    v = np.asarray(out["v"])
+    assert all(not np.array_equal(v[a], v[b]) for a in range(batch) for b in range(a))  # and each its own way
+
+
+def test_gradients_are_refused_with_what_to_do(rng):
+    """run_lif_network has no gradient: jax.grad and jax.jvp raise an XlakernError that says so and what
+    to use; a state under stop_gradient passes (its tangents are zero), and the value still flows."""
+    conn_e, conn_i, s = random_network(rng, 300, 240, 20, 20, hetero=True)
+    ce, ci = _conns(conn_e, conn_i, 300)
+    st = {k: jnp.asarray(x) for k, x in s.items()}
+
+    def final_v(v):
+        return run_lif_network(dict(st, v=v), ce, ci, LIFParams(), 5)[0]["v"].sum()
+
+    for transform in (lambda: jax.grad(final_v)(st["v"]),
+                      lambda: jax.jvp(final_v, (st["v"],), (jnp.ones_like(st["v"]),)),
+                      lambda: jax.grad(lambda w: run_lif_network(st, ce.with_data(w), ci, LIFParams(), 5)[0]["v"]
+                                       .sum())(ce.data)):
+        with pytest.raises(xlakern.errors.UnsupportedOperationError, match="not differentiable.*surrogate"):
+            transform()
+    scale = jnp.float32(rng.uniform(0.5, 2.0))
+    g = jax.grad(lambda a: a * final_v(jax.lax.stop_gradient(st["v"])))(scale)
+    np.testing.assert_allclose(float(g), float(final_v(st["v"])), rtol=1e-6)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["grid", "stream"])
 def test_gpu_grid_modes_large_network_match_cpu(rng, mode):

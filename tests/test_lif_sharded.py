@@ -169,6 +169,8 @@ def test_bad_arguments_raise_xlakern_errors(rng):
     same, count = run_lif_network_sharded(st, ce, ci, p, 0, block=64)
     np.testing.assert_array_equal(np.asarray(same["v"]), np.asarray(st["v"]))
     assert not np.asarray(count).any()
+    with pytest.raises(xlakern.errors.UnsupportedOperationError, match="run_lif_network_sharded is not differentiable"):
+        jax.grad(lambda v: run_lif_network_sharded(dict(st, v=v), ce, ci, p, 2, block=64)[0]["v"].sum())(st["v"])
 
 
 SHARDED_CHILD = r"""

@@ -47,7 +47,7 @@ from .. import XLACustomKernel, config, load_cpp_file, load_cuda_file
 from ._kernels import known_module
 from . import _units
 from ._arguments import as_array
-from ._errors import EventDTypeError, EventShapeError, EventUnitError
+from ._errors import EventDTypeError, EventShapeError, EventUnitError, UnsupportedOperationError
 from ._layouts import FixedNumPerPre
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -212,6 +212,18 @@ def lif_workspace_words(n: int, fixed: bool) -> int:
     return 8 + 12 * stride if fixed else 4 * stride
 
 
+def refuse_gradients(op: XLACustomKernel, n_inputs: int, fn: str) -> None:
+    """Give ``op`` a forward rule for each input that raises a user's error (jax.grad, jvp, jacfwd...) in place
+    of the generic "no JVP rule" one, which speaks to op authors. Inputs with zero tangents (ints, bools,
+    values under stop_gradient) never reach it."""
+    def refuse(*_, **__):
+        raise UnsupportedOperationError(
+            f"{fn} is not differentiable: its kernel thresholds spikes and has no gradient. To train a network, "
+            f"step it with the event operators (BinaryArray(spikes) @ conn inside lax.scan) and a surrogate spike "
+            f"function; to use this simulator's output as data, wrap its inputs in jax.lax.stop_gradient")
+    op.def_jvp_rule2(*[refuse] * n_inputs)
+
+
 def _register() -> XLACustomKernel:
     op = XLACustomKernel("lif_network_run")
     op.def_tags("event", "network")
@@ -244,6 +256,8 @@ def _register() -> XLACustomKernel:
     op.def_cuda_kernel(gpu)
     for platform in ("cpu", "gpu", "tpu"):
         op.def_kernel("jnp", platform, reference)
+    # v, ge, gi, ref, spk, idx_e, w_e, idx_i, w_i, params
+    refuse_gradients(op, 10, "run_lif_network")
     return op
 
 
@@ -330,8 +344,10 @@ def run_lif_network(state, conn_exc, conn_inh, params: LIFParams, steps: int, *,
     :func:`xlakern.config.set_deterministic` they sum in 64-bit fixed point instead, rounded once to
     float32, and every run gives the same bits. Spikes of the last step are
     in ``state.spk`` and are delivered at the start of the next call, so ``k`` calls of ``m`` steps
-    equal one of ``k * m``. Not differentiable and not batched by ``vmap`` (run one larger network
-    instead). Example in the module docstring.
+    equal one of ``k * m``. Not differentiable: ``jax.grad`` raises ``UnsupportedOperationError``
+    (train with the event operators and a surrogate spike function). Under ``vmap`` the networks of a
+    batch run one after another, each exactly as alone (a parameter sweep works; one larger network
+    fills a GPU better). Example in the module docstring.
 
     Speed (one H100, 80 synapses a neuron, 50 Hz, ``gpu_mode="auto"``): 1.8 / 3.6 / 7.8 / 95 µs a
     step at 4k / 40k / 400k / 4M neurons, 6.05x / 3.47x / 3.17x / 1.22x faster than BrainEvent 0.3.0

@@ -30,7 +30,8 @@ from .. import XLACustomKernel
 from ._errors import EventShapeError
 from ._events import bitpack
 from ._kernels import note_atomic_sums
-from ._network import LIFParams, LIFState, SDS, _checked_call, _cpu_module, _cuda_module, _population, membrane
+from ._network import (LIFParams, LIFState, SDS, _checked_call, _cpu_module, _cuda_module, _population, membrane,
+                       refuse_gradients)
 
 _STATE_ALIASES = {i: i for i in range(5)}  # v, ge, gi, ref, count: updated in their own buffers
 
@@ -89,6 +90,8 @@ def _register() -> XLACustomKernel:
     op.def_cuda_kernel(gpu)
     for platform in ("cpu", "gpu", "tpu"):
         op.def_kernel("jnp", platform, reference)
+    # v, ge, gi, ref, count, spike words, idx_e, w_e, idx_i, w_i, params
+    refuse_gradients(op, 11, "run_lif_network_sharded")
     return op
 
 
@@ -144,7 +147,8 @@ def run_lif_network_sharded(state, conn_exc, conn_inh, params: LIFParams, steps:
     Returns this shard's state after ``steps`` steps (of the kind of ``state``) and each of its
     neurons' spike counts. The last step's spikes are in ``state.spk`` and are delivered by the
     next call, so ``k`` calls of ``m`` steps equal one of ``k * m``. With one shared weight per
-    population, the spike trains do not depend on the number of devices. Not differentiable.
+    population, the spike trains do not depend on the number of devices. Not differentiable
+    (``jax.grad`` raises ``UnsupportedOperationError``).
 
     Example (two GPUs; ``make_conns(shard)`` builds a shard's connectivity, see ``examples/coba_spmd.py``)::
 
