@@ -38,10 +38,10 @@ from . import _units
 from ._arguments import first_refused
 from ._errors import (EventArgumentError, EventDTypeError, EventNDimError, EventOperandError, EventShapeError,
                       EventUnitError, UnsupportedOperationError)
-from ._events import EventRepresentation
+from ._events import EventRepresentation, _keyed
 from ._eager import optional_arguments, run_fused
 from ._kernels import SDS, acc_dtype
-from ._layouts import DataRepresentation, _keyed, _warn_renamed
+from ._layouts import DataRepresentation, _warn_renamed
 from ._ops import _check_spikes, _described, _shape2, _spikes, _weights
 
 __all__ = [
